@@ -1,0 +1,28 @@
+# Two commands do all the set-up on a fresh machine with Python 3.11 and pip:
+#   make demo   -- solve the shipped default instance and compare with the hand-made schedules
+#   make test   -- the whole test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,torch]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/zbsolve solve instances/default.yaml -o results/demo/schedule.json --time-limit 30
+	$(VENV)/bin/zbsolve show instances/default.yaml results/demo/schedule.json -o results/demo/timeline.png
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check zbsolve tests
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(VENV)/bin/zbsolve bench
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,42 @@
+"""Shared pieces of the hand-made schedule generators."""
+
+from __future__ import annotations
+
+from zbsolve.instance import Instance
+from zbsolve.ops import Op
+from zbsolve.schedule import Schedule
+
+
+class NotApplicable(ValueError):
+    """This hand-made schedule does not apply to the instance; the message says why."""
+
+
+def require(cond: bool, name: str, why: str) -> None:
+    if not cond:
+        raise NotApplicable(f"{name}: {why}")
+
+
+def single_chunk_stages(inst: Instance, name: str) -> list[int]:
+    """For v=1 families: the pipeline position of each device's (only) stage."""
+    require(inst.chunks == 1, name, f"needs chunks = 1 (one stage per device), got {inst.chunks}")
+    return [inst.stages_of(d)[0] for d in range(inst.devices)]
+
+
+def v_shape_stages(inst: Instance, name: str) -> list[tuple[int, int]]:
+    """For V families: (chunk-0 stage, chunk-1 stage) per device, checking the V placement."""
+    p = inst.devices
+    require(inst.chunks == 2, name, f"needs chunks = 2 (V placement), got {inst.chunks}")
+    pairs = []
+    for d in range(p):
+        stages = sorted(inst.stages_of(d))
+        require(
+            len(stages) == 2 and stages[0] + stages[1] == 2 * p - 1,
+            name,
+            "needs the V placement (device r holds stages r and 2p-1-r); use placement: v",
+        )
+        pairs.append((stages[0], stages[1]))
+    return pairs
+
+
+def make(inst: Instance, name: str, orders: list[list[Op]]) -> Schedule:
+    return Schedule(orders=orders, name=name)
