@@ -1,0 +1,42 @@
+"""``zbsolve`` command line: one subcommand per step of the data path.
+
+instance -> baselines | solve -> check / show -> export -> run; plus profile, loop, sweep, bench.
+Each subcommand lives in its own module with ``register(subparsers)``; heavy imports (ortools,
+torch, matplotlib) happen inside the handlers so ``zbsolve --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = ("baselines", "solve", "check", "show", "export", "run", "profile", "loop", "sweep",
+            "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zbsolve", description="Pipeline-parallel schedule optimizer (zero-bubble family, CP-SAT)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        try:  # TODO(integration): make strict once every subcommand module exists
+            module = importlib.import_module(f"zbsolve.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"zbsolve.cli.{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from zbsolve.cli.common import run_handler
+
+    return run_handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
