@@ -27,6 +27,10 @@ class ScheduleError(ValueError):
     """An invalid schedule; the message says what is wrong and where."""
 
 
+def _few(items: list[str], n: int = 10) -> str:
+    return ", ".join(items[:n]) + (" ..." if len(items) > n else "")
+
+
 @dataclass
 class SimResult:
     start: dict[Op, float]
@@ -83,7 +87,9 @@ def _check_structure(inst: Instance, sched: Schedule) -> None:
             where.setdefault(op.stage, set()).add(d)
     for stage, devs in sorted(where.items()):
         if len(devs) > 1:
-            raise ScheduleError(f"stage {stage} runs on devices {sorted(devs)}; a stage lives on one device")
+            raise ScheduleError(
+                f"stage {stage} runs on devices {sorted(devs)}; a stage lives on one device"
+            )
         (d,) = devs
         if d != inst.placement[stage]:
             raise ScheduleError(
@@ -92,23 +98,19 @@ def _check_structure(inst: Instance, sched: Schedule) -> None:
             )
     dup = sorted(str(op) for op, n in seen.items() if n > 1)
     if dup:
-        raise ScheduleError(f"duplicate op(s): {', '.join(dup[:10])}{' ...' if len(dup) > 10 else ''}")
+        raise ScheduleError(f"duplicate op(s): {_few(dup)}")
     fused_and_split = sorted(
         f"{op.stage}B{op.mb}" for op in seen if op.kind == "B"
         and (Op("I", op.stage, op.mb) in seen or Op("W", op.stage, op.mb) in seen)
     )
     if fused_and_split:
-        raise ScheduleError(
-            f"backward run both fused (B) and split (I/W): {', '.join(fused_and_split[:10])}"
-        )
+        raise ScheduleError(f"backward run both fused (B) and split (I/W): {_few(fused_and_split)}")
     missing = [
         str(op) for op in all_ops(inst)
         if op not in seen and (op.kind == "F" or Op("B", op.stage, op.mb) not in seen)
     ]
     if missing:
-        raise ScheduleError(
-            f"{len(missing)} missing op(s): {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}"
-        )
+        raise ScheduleError(f"{len(missing)} missing op(s): {_few(missing)}")
     for d, order in enumerate(sched.orders):
         done_i: set[tuple[int, int]] = set()
         for pos, op in enumerate(order):

@@ -1,0 +1,56 @@
+"""Shared test fixtures: instances built in code, and a generator of random valid schedules."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from zbsolve.dag import all_ops, deps
+from zbsolve.instance import Instance, load_instance
+from zbsolve.ops import Op
+from zbsolve.schedule import Schedule
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTANCES = ROOT / "instances"
+REFERENCE = ROOT.parent / "shared" / "reference"
+
+
+def make_instance(p=4, m=8, v=1, placement="loop", F=1.0, I=1.0, W=1.0, comm=0.0,
+                  activation=1.0, weight=0.0, limit=None, **extra) -> Instance:
+    return load_instance({
+        "devices": p, "microbatches": m, "chunks": v, "placement": placement,
+        "times": {"F": F, "I": I, "W": W}, "comm": comm,
+        "memory": {"activation": activation, "weight": weight, "limit": limit}, **extra,
+    })
+
+
+def random_valid_schedule(inst: Instance, rng: random.Random, fuse_prob: float = 0.3) -> Schedule:
+    """A random topological order of the task DAG, split per device: deadlock-free by construction.
+
+    Some (stage, mb) backwards are fused into one B op (the W of a fused pair is dropped: the B
+    placed where the I stood covers it).
+    """
+    fused = {(s, j) for s in range(inst.stages) for j in range(inst.microbatches)
+             if rng.random() < fuse_prob}
+    indeg: dict[Op, int] = {}
+    succ: dict[Op, list[Op]] = {}
+    for op in all_ops(inst):
+        indeg.setdefault(op, 0)
+        for pred, _ in deps(inst, op):
+            indeg[op] += 1
+            succ.setdefault(pred, []).append(op)
+    ready = [op for op, n in indeg.items() if n == 0]
+    orders: list[list[Op]] = [[] for _ in range(inst.devices)]
+    while ready:
+        op = ready.pop(rng.randrange(len(ready)))
+        key = (op.stage, op.mb)
+        d = inst.placement[op.stage]
+        if op.kind == "I" and key in fused:
+            orders[d].append(Op("B", *key))
+        elif not (op.kind == "W" and key in fused):
+            orders[d].append(op)
+        for nxt in succ.get(op, []):
+            indeg[nxt] -= 1
+            if indeg[nxt] == 0:
+                ready.append(nxt)
+    return Schedule(orders, name="random")
