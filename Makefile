@@ -4,6 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEFAULT := instances/gpt-1.5b-p8-m24.yaml
 
 .PHONY: demo test lint bench clean
 
@@ -14,8 +15,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/zbsolve solve instances/default.yaml -o results/demo/schedule.json --time-limit 30
-	$(VENV)/bin/zbsolve show instances/default.yaml results/demo/schedule.json -o results/demo/timeline.png
+	$(VENV)/bin/zbsolve solve $(DEFAULT) -o results/demo/schedule.json --time-limit 30
+	$(VENV)/bin/zbsolve show $(DEFAULT) results/demo/schedule.json -o results/demo/timeline.png
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check zbsolve tests
