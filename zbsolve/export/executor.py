@@ -1,0 +1,372 @@
+"""Executor tables: a schedule lowered to one action list per rank, sends and receives explicit.
+
+A schedule says which compute op each device runs next; a runtime also needs to know when to
+hand activations and gradients to other ranks. ``lower`` adds one SEND on the producer's rank
+and one RECV on the consumer's rank for every cross-rank hand-off, with predicted times from the
+simulator. The runtime contract (what each action means, the deadlock-freedom guarantee and the
+JSON layout) is in docs/executor-format.md.
+
+Placement rule (why it cannot deadlock): every transfer gets one global key, (time the producer
+ends, then a fixed tie-break), and each rank's actions are sorted by time with a transfer placed
+at its key time, before any compute that starts at that time. So on every rank the SEND comes
+after its producer, the RECV comes before its consumer, and the communication actions of every
+rank appear in the same global key order. With blocking rendezvous P2P the transfer of smallest
+unfinished key is then always reachable on both of its ranks, so all transfers finish (the
+argument is spelled out in the docs, and ``p2p_check`` verifies it on every table written).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zbsolve.instance import Instance
+from zbsolve.ops import Op
+from zbsolve.schedule import Schedule
+
+FORMAT = "zbsolve-executor"
+VERSION = 1
+COMPUTE_KINDS = ("F", "I", "W", "B")
+COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+KINDS = COMPUTE_KINDS + COMM_KINDS
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "executor.schema.json"
+
+
+class ExecutorError(ValueError):
+    """A table that is malformed or does not belong to its instance; the message says where."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of one rank's program.
+
+    ``stage`` is always a stage that lives on this rank (torch's convention): the producer stage
+    for a SEND, the consumer stage for a RECV. ``peer``/``peer_stage`` name the other end of a
+    transfer (None for compute). ``batch`` numbers the maximal runs of consecutive communication
+    actions on a rank (0, 1, ...); a batched runtime posts one run as one batch_isend_irecv.
+    ``start``/``end`` are the simulator's predicted times; a transfer gets [producer end,
+    producer end + comm] on both of its ranks.
+    """
+
+    kind: str
+    stage: int
+    mb: int
+    start: float
+    end: float
+    peer: int | None = None
+    peer_stage: int | None = None
+    batch: int | None = None
+
+    @property
+    def is_comm(self) -> bool:
+        return self.kind in COMM_KINDS
+
+    @property
+    def is_send(self) -> bool:
+        return self.kind.startswith("SEND")
+
+    @property
+    def is_recv(self) -> bool:
+        return self.kind.startswith("RECV")
+
+    @property
+    def token(self) -> str:
+        """torch pipelining syntax: ``3F12``, ``3SEND_F12``, ``4RECV_F12``."""
+        return f"{self.stage}{self.kind}{self.mb}"
+
+    @property
+    def op(self) -> Op:
+        if self.is_comm:
+            raise ExecutorError(f"{self.token} is a communication action, not a compute op")
+        return Op(self.kind, self.stage, self.mb)
+
+    @property
+    def message(self) -> tuple[str, int, int]:
+        """What travels: ("F" activation | "B" input gradient, producer stage, microbatch).
+
+        A SEND and the RECV it must match carry the same message.
+        """
+        direction = self.kind[-1]
+        if self.is_send:
+            return (direction, self.stage, self.mb)
+        producer = self.stage - 1 if direction == "F" else self.stage + 1
+        return (direction, producer, self.mb)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "stage": self.stage, "mb": self.mb}
+        if self.is_comm:
+            data.update(peer=self.peer, peer_stage=self.peer_stage, batch=self.batch)
+        data.update(start=self.start, end=self.end)
+        return data
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Action:
+        return Action(
+            kind=data["kind"], stage=int(data["stage"]), mb=int(data["mb"]),
+            start=float(data["start"]), end=float(data["end"]),
+            peer=data.get("peer"), peer_stage=data.get("peer_stage"), batch=data.get("batch"),
+        )
+
+
+@dataclass
+class ExecutorTable:
+    """Per-rank programs plus everything a runtime needs to set itself up."""
+
+    instance: dict[str, Any]  # Instance.to_dict() of the instance it was lowered for
+    placement: list[int]  # stage -> rank
+    actions: list[list[Action]]  # actions[rank], in execution order
+    schedule_name: str = "schedule"
+    fused_bw: bool = False
+    predicted: dict[str, Any] = field(default_factory=dict)  # the simulator's figures
+
+    @property
+    def ranks(self) -> int:
+        return len(self.actions)
+
+    @property
+    def stages(self) -> int:
+        return len(self.placement)
+
+    @property
+    def microbatches(self) -> int:
+        return int(self.instance["microbatches"])
+
+    def compute_orders(self) -> list[list[Op]]:
+        return [[a.op for a in row if not a.is_comm] for row in self.actions]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "schedule": self.schedule_name,
+            "fused_bw": self.fused_bw,
+            "num_ranks": self.ranks,
+            "num_stages": self.stages,
+            "microbatches": self.microbatches,
+            "placement": list(self.placement),
+            "instance": self.instance,
+            "predicted": self.predicted,
+            "ranks": [
+                {
+                    "rank": r,
+                    "stages": [s for s, d in enumerate(self.placement) if d == r],
+                    "actions": [a.to_dict() for a in row],
+                }
+                for r, row in enumerate(self.actions)
+            ],
+        }
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> ExecutorTable:
+        validate_json(data)
+        return ExecutorTable(
+            instance=data["instance"],
+            placement=list(data["placement"]),
+            actions=[[Action.from_dict(a) for a in r["actions"]] for r in data["ranks"]],
+            schedule_name=data.get("schedule", "schedule"),
+            fused_bw=bool(data.get("fused_bw", False)),
+            predicted=data.get("predicted", {}),
+        )
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+
+def validate_json(data: dict[str, Any]) -> None:
+    """Check a parsed table against the JSON Schema; ExecutorError names the failing field."""
+    import jsonschema  # lazy: only needed when reading tables
+
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ExecutorError(f"not an executor table: expected \"format\": \"{FORMAT}\"")
+    if data.get("version") != VERSION:
+        raise ExecutorError(
+            f"version: this zbsolve reads executor tables of version {VERSION}, "
+            f"got {data.get('version')!r}"
+        )
+    schema = json.loads(SCHEMA_PATH.read_text())
+    try:
+        jsonschema.validate(data, schema)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(x) for x in exc.absolute_path) or "(top level)"
+        raise ExecutorError(f"executor table: {where}: {exc.message}") from None
+
+
+def load_table(path: str | Path) -> ExecutorTable:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ExecutorError(f"{path}: not valid JSON: {exc}") from None
+    return ExecutorTable.from_dict(data)
+
+
+def schedule_from_table(data: dict[str, Any] | ExecutorTable) -> Schedule:
+    """The compute orders of a table as a Schedule (communication actions dropped)."""
+    table = data if isinstance(data, ExecutorTable) else ExecutorTable.from_dict(data)
+    starts = {a.op: a.start for row in table.actions for a in row if not a.is_comm}
+    return Schedule(
+        orders=table.compute_orders(),
+        name=table.schedule_name,
+        starts=starts,
+        meta={"source": FORMAT, "fused_bw": table.fused_bw},
+    )
+
+
+# ---------------------------------------------------------------------------- lowering
+def fuse_backward(sched: Schedule) -> Schedule:
+    """Replace each I immediately followed by the W of the same (stage, mb) with one B."""
+    orders = []
+    for order in sched.orders:
+        out: list[Op] = []
+        i = 0
+        while i < len(order):
+            op = order[i]
+            nxt = order[i + 1] if i + 1 < len(order) else None
+            if op.kind == "I" and nxt == Op("W", op.stage, op.mb):
+                out.append(Op("B", op.stage, op.mb))
+                i += 2
+            else:
+                out.append(op)
+                i += 1
+        orders.append(out)
+    return Schedule(orders, sched.name, None, dict(sched.meta))
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One cross-rank hand-off: producer op on ``src`` rank feeds a consumer on ``dst``."""
+
+    direction: str  # "F" (activation) or "B" (input gradient)
+    src_stage: int
+    dst_stage: int
+    mb: int
+    src: int
+    dst: int
+    time: float  # producer end = predicted start of the transfer
+    latency: float
+
+    @property
+    def key(self) -> tuple[float, int, int, int]:
+        """The global order every rank lists its transfers in."""
+        return (self.time, 0 if self.direction == "F" else 1, self.src_stage, self.mb)
+
+    def actions(self) -> tuple[Action, Action]:
+        t0, t1 = self.time, self.time + self.latency
+        send = Action(f"SEND_{self.direction}", self.src_stage, self.mb, t0, t1,
+                      self.dst, self.dst_stage)
+        recv = Action(f"RECV_{self.direction}", self.dst_stage, self.mb, t0, t1,
+                      self.src, self.src_stage)
+        return send, recv
+
+
+def transfers(inst: Instance, sched: Schedule, end: dict[Op, float]) -> list[Transfer]:
+    """Every cross-rank hand-off of the (already simulated) schedule, in global key order."""
+    out = []
+    S = inst.stages
+    for order in sched.orders:
+        for op in order:
+            if op.kind == "F" and op.stage < S - 1:
+                dst_stage = op.stage + 1
+                direction = "F"
+            elif op.kind in ("I", "B") and op.stage > 0:
+                dst_stage = op.stage - 1
+                direction = "B"
+            else:
+                continue
+            src, dst = inst.placement[op.stage], inst.placement[dst_stage]
+            if src == dst:
+                continue  # same rank: handed over in memory, no P2P (torch does the same)
+            out.append(Transfer(direction, op.stage, dst_stage, op.mb, src, dst, end[op],
+                                inst.comm))
+    out.sort(key=lambda t: t.key)
+    return out
+
+
+def lower(
+    inst: Instance, sched: Schedule, *, fuse_bw: bool = False, placement: str = "ordered"
+) -> ExecutorTable:
+    """Lower a valid schedule to an executor table (validated by the simulator first).
+
+    placement="ordered" is the deadlock-free rule described in the module docstring.
+    placement="adjacent" (RECV right before its consumer, SEND right after its producer) is
+    kept only to show, in tests and docs, that the obvious rule can deadlock with blocking P2P;
+    never write such a table for a runtime.
+    """
+    from zbsolve.simulate import validate  # lazy: keeps `import zbsolve.export` light
+
+    if placement not in ("ordered", "adjacent"):
+        raise ExecutorError(f"placement: expected 'ordered' or 'adjacent', got {placement!r}")
+    if fuse_bw:
+        sched = fuse_backward(sched)
+    result = validate(inst, sched)
+    start, end = result.start, result.end
+    xfers = transfers(inst, sched, end)
+
+    rows: list[list[tuple[tuple, Action]]] = [[] for _ in range(inst.devices)]
+    where: dict[Op, int] = {}
+    for d, order in enumerate(sched.orders):
+        for pos, op in enumerate(order):
+            where[op] = pos
+            act = Action(op.kind, op.stage, op.mb, start[op], end[op])
+            rows[d].append(((start[op], 1, pos, 0), act))
+    for n, x in enumerate(xfers):
+        send, recv = x.actions()
+        if placement == "ordered":
+            rows[x.src].append(((x.time, 0, n, 0), send))
+            rows[x.dst].append(((x.time, 0, n, 0), recv))
+        else:  # glued to their compute: SEND right after the producer, RECV right before
+            producer = Op("F" if x.direction == "F" else _bw(start, x.src_stage, x.mb),
+                          x.src_stage, x.mb)
+            consumer = Op("F" if x.direction == "F" else _bw(start, x.dst_stage, x.mb),
+                          x.dst_stage, x.mb)
+            rows[x.src].append(((start[producer], 1, where[producer], 1), send))
+            rows[x.dst].append(((start[consumer], 1, where[consumer], -1), recv))
+
+    actions: list[list[Action]] = []
+    for row in rows:
+        row.sort(key=lambda item: item[0])
+        actions.append(_number_batches([a for _, a in row]))
+    predicted = {
+        "makespan": result.makespan,
+        "span": result.max_span,
+        "bubble_makespan": result.bubble_makespan,
+        "bubble_span": result.bubble_span,
+        "peak_memory": result.peak_memory,
+        "memory_limit": result.limit,
+        "feasible": result.feasible,
+    }
+    return ExecutorTable(
+        instance=inst.to_dict(),
+        placement=list(inst.placement),
+        actions=actions,
+        schedule_name=sched.name,
+        fused_bw=fuse_bw,
+        predicted=predicted,
+    )
+
+
+def _bw(ops: dict[Op, float], stage: int, mb: int) -> str:
+    return "B" if Op("B", stage, mb) in ops else "I"
+
+
+def _number_batches(row: list[Action]) -> list[Action]:
+    """Give each maximal run of consecutive communication actions one batch number."""
+    out: list[Action] = []
+    batch = -1
+    prev_comm = False
+    for a in row:
+        if a.is_comm:
+            if not prev_comm:
+                batch += 1
+            a = Action(a.kind, a.stage, a.mb, a.start, a.end, a.peer, a.peer_stage, batch)
+        out.append(a)
+        prev_comm = a.is_comm
+    return out
+
+
+def instance_of(table: ExecutorTable) -> Instance:
+    from zbsolve.instance import load_instance
+
+    return load_instance(dict(table.instance))
