@@ -1,0 +1,344 @@
+"""A memory-aware greedy list scheduler: a good schedule for any instance in well under a second.
+
+Why a greedy at all: CP-SAT needs a complete, feasible hint to be useful at real sizes, and the
+hand-made families only exist for a few placements and memory budgets. This scheduler works for any
+p, m, v, placement, heterogeneous times, comm and per-device limits, and is the starting point of
+the large-instance search (``zbsolve.solver.large``).
+
+How it decides (event-driven over the devices, always at the globally earliest free device):
+
+1. an input backward I whose gradient has arrived runs first: it is on the critical path back to
+   stage 0 and it frees most of an activation;
+2. otherwise a forward F whose input has arrived, if memory allows (and the optional in-flight cap);
+3. otherwise a weight backward W, which needs nothing from anyone and frees the weight memory, so W
+   both fills idle gaps and makes room for the next F. Under the ``fit`` policy a W that would
+   still run when a known input arrives is held back (the device waits instead), so W never delays
+   the critical path;
+4. otherwise the device waits for the next arrival.
+
+Deadlock freedom under memory limits: a microbatch is *admitted* on a device by the F of its first
+stage there, which reserves the activation of all that device's stages for it (every F of a
+microbatch precedes all of its backwards, so one microbatch never needs more). Admissions happen in
+microbatch order, so the oldest unfinished microbatch can always advance: its reservation exists
+wherever it has started, and wherever it has not, only pending W (which the device can always run)
+hold memory. Hence any limit >= the one-microbatch minimum (``min_memory_limit``) yields a schedule.
+The ``reserve=False`` variant skips the reservation (tighter for multi-chunk placements) and is
+simply discarded if it deadlocks.
+
+A few parameter variants are run and the best one by the simulator is returned; the simulator's
+ASAP timing of the produced orders is identical to the greedy's own timeline (both start every op
+at max(device free, inputs arrived)), and memory depends on the order only, so what the greedy
+checked is what ``validate`` sees.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+
+from zbsolve.instance import Instance
+from zbsolve.ops import Op
+from zbsolve.schedule import Schedule
+from zbsolve.simulate import SimResult, validate
+
+EPS = 1e-9
+OBJECTIVES = ("makespan", "span")
+
+
+class HeuristicError(ValueError):
+    """The instance admits no schedule (memory limit below the one-microbatch minimum)."""
+
+
+class _Deadlock(RuntimeError):
+    """A non-reserving variant painted itself into a corner; the caller drops that variant."""
+
+
+@dataclass(frozen=True)
+class GreedyParams:
+    """One variant of the greedy rules.
+
+    cap: in-flight microbatches per device as a multiple of its 1F1B warm-up depth
+        (number of stages from its first stage to the end, divided by v); None = memory only.
+    w_policy: "fill" runs a W whenever nothing else is ready; "fit" holds a W back when it would
+        still be running when a known input arrives.
+    i_pick / f_pick: which ready I / F first: "mb" (oldest microbatch), "deep" (highest stage),
+        "shallow" (lowest stage; F only).
+    reserve: reserve a whole microbatch's activation on admission (deadlock-free) or not.
+    hold_f: wait for an I that is known to arrive within hold_f * F(s) instead of starting that F
+        (0 = never): a started F would delay the I, which is on the backward critical path.
+    """
+
+    cap: float | None = None
+    w_policy: str = "fit"
+    i_pick: str = "mb"
+    f_pick: str = "mb"
+    reserve: bool = True
+    hold_f: float = 0.0
+
+    def label(self) -> str:
+        cap = "mem" if self.cap is None else f"{self.cap:g}"
+        res = "" if self.reserve else "/noreserve"
+        hold = f"/hold={self.hold_f:g}" if self.hold_f else ""
+        return f"cap={cap}/{self.w_policy}/I:{self.i_pick}/F:{self.f_pick}{res}{hold}"
+
+
+def min_memory_limit(inst: Instance) -> list[float]:
+    """Per device: the activation of all its stages, which one microbatch holds at once.
+
+    All forwards of a microbatch precede all its backwards, so this is needed by every schedule
+    and (by the admission rule above) is also enough.
+    """
+    return [sum(inst.activation[s] for s in inst.stages_of(d)) for d in range(inst.devices)]
+
+
+def check_memory(inst: Instance) -> None:
+    """Raise HeuristicError naming each device whose limit is below the one-microbatch minimum."""
+    need = min_memory_limit(inst)
+    bad = [
+        (d, lim, need[d]) for d, lim in enumerate(inst.limit)
+        if lim is not None and lim + EPS < need[d]
+    ]
+    if bad:
+        detail = "; ".join(f"device {d}: limit {lim:g} < {n:g}" for d, lim, n in bad)
+        raise HeuristicError(
+            f"memory.limit too small: no schedule fits ({detail}). Every device must hold one "
+            f"microbatch's activation for all its stages; smallest feasible limit per device: "
+            f"{[round(n, 6) for n in need]}"
+        )
+
+
+def _key(pick: str, stage: int, mb: int) -> tuple[int, int]:
+    if pick == "deep":
+        return (-stage, mb)
+    if pick == "shallow":
+        return (stage, mb)
+    return (mb, -stage)
+
+
+def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
+    """Run the greedy rules once; returns a schedule whose memory respects the limits."""
+    check_memory(inst)
+    p, m, S = inst.devices, inst.microbatches, inst.stages
+    place = inst.placement
+    act, wgt = inst.activation, inst.weight
+    dur_f, dur_i, dur_w = inst.F, inst.I, inst.W
+    hop = [[inst.hop(a, b) for b in range(S)] for a in range(S)] if S <= 512 else None
+
+    def hop_of(a: int, b: int) -> float:
+        return hop[a][b] if hop is not None else inst.hop(a, b)
+
+    dev_stages = [inst.stages_of(d) for d in range(p)]
+    first = [min(st) for st in dev_stages]
+    need = min_memory_limit(inst)
+    limit = [math.inf if x is None else x for x in inst.limit]
+    if params.cap is None:
+        cap = [m + 1] * p
+    else:
+        v = inst.chunks
+        cap = [max(1, math.ceil(params.cap * (S - first[d]) / v)) for d in range(p)]
+
+    free = [0.0] * p
+    mem = [0.0] * p
+    outstanding = [0.0] * p  # reserved but not yet allocated
+    res_left: list[dict[int, float]] = [dict() for _ in range(p)]
+    inflight = [0] * p
+    next_f = [0] * S
+    f_arr: list[list[float | None]] = [[None] * m for _ in range(S)]
+    f_arr[0] = [0.0] * m
+    i_pending: list[list[tuple[float, tuple[int, int], int, int]]] = [[] for _ in range(p)]
+    i_ready: list[list[tuple[tuple[int, int], int, int]]] = [[] for _ in range(p)]
+    w_queue: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
+    orders: list[list[Op]] = [[] for _ in range(p)]
+    decision: list[float | None] = [0.0] * p
+    heap: list[tuple[float, int]] = [(0.0, d) for d in range(p)]
+    heapq.heapify(heap)
+    remaining = 3 * S * m
+
+    def notify(dd: int, arrival: float) -> None:
+        t = max(arrival, free[dd])
+        cur = decision[dd]
+        if cur is None or t < cur - EPS:
+            decision[dd] = t
+            heapq.heappush(heap, (t, dd))
+
+    def admissible(d: int, s: int, mb: int) -> bool:
+        if s == first[d]:
+            if inflight[d] >= cap[d]:
+                return False
+            extra = need[d] if params.reserve else act[s]
+            return mem[d] + outstanding[d] + extra <= limit[d] + EPS
+        if params.reserve:
+            return True  # covered by the reservation made on admission
+        return mem[d] + act[s] <= limit[d] + EPS
+
+    while remaining:
+        if not heap:
+            raise _Deadlock("no device can move")
+        t, d = heapq.heappop(heap)
+        if decision[d] is None or t != decision[d]:
+            continue  # stale entry
+        pend, ready = i_pending[d], i_ready[d]
+        while pend and pend[0][0] <= t + EPS:
+            _, key, s, mb = heapq.heappop(pend)
+            heapq.heappush(ready, (key, s, mb))
+        op: Op | None = None
+        if ready:
+            _, s, mb = heapq.heappop(ready)
+            op = Op("I", s, mb)
+        else:
+            best = None
+            next_arrival = pend[0][0] if pend else math.inf
+            for s in dev_stages[d]:
+                mb = next_f[s]
+                if mb >= m:
+                    continue
+                arr = f_arr[s][mb]
+                if arr is None or not admissible(d, s, mb):
+                    continue
+                if arr <= t + EPS:
+                    key = _key(params.f_pick, s, mb)
+                    if best is None or key < best[0]:
+                        best = (key, s, mb)
+                else:
+                    next_arrival = min(next_arrival, arr)
+            i_next = pend[0][0] if pend else math.inf
+            if (
+                best is not None
+                and params.hold_f
+                and t + EPS < i_next < t + params.hold_f * dur_f[best[1]]
+            ):
+                decision[d] = i_next  # idle a little rather than delay the incoming I
+                heapq.heappush(heap, (i_next, d))
+                continue
+            if best is not None:
+                op = Op("F", best[1], best[2])
+            elif w_queue[d]:
+                s, mb = w_queue[d][0]
+                if (
+                    params.w_policy == "fit"
+                    and next_arrival < t + dur_w[s] - EPS
+                    and next_arrival > t + EPS
+                ):
+                    decision[d] = next_arrival
+                    heapq.heappush(heap, (next_arrival, d))
+                    continue
+                w_queue[d].popleft()
+                op = Op("W", s, mb)
+            else:
+                if next_arrival < math.inf:
+                    decision[d] = next_arrival
+                    heapq.heappush(heap, (next_arrival, d))
+                else:
+                    decision[d] = None  # wait to be notified
+                continue
+
+        kind, s, mb = op
+        orders[d].append(op)
+        remaining -= 1
+        if kind == "F":
+            end = t + dur_f[s]
+            next_f[s] += 1
+            if s == first[d]:
+                inflight[d] += 1
+                if params.reserve:
+                    res_left[d][mb] = need[d] - act[s]
+                    outstanding[d] += need[d] - act[s]
+            elif params.reserve:
+                res_left[d][mb] -= act[s]
+                outstanding[d] -= act[s]
+            mem[d] += act[s]
+            if s + 1 < S:
+                dd = place[s + 1]
+                arrival = end + hop_of(s, s + 1)
+                f_arr[s + 1][mb] = arrival
+                if dd != d:
+                    notify(dd, arrival)
+            else:
+                heapq.heappush(i_pending[d], (end, _key(params.i_pick, s, mb), s, mb))
+        elif kind == "I":
+            end = t + dur_i[s]
+            mem[d] -= act[s] - wgt[s]
+            w_queue[d].append((s, mb))
+            if s == first[d]:
+                inflight[d] -= 1
+                if params.reserve:
+                    outstanding[d] -= res_left[d].pop(mb)
+            if s > 0:
+                dd = place[s - 1]
+                arrival = end + hop_of(s, s - 1)
+                heapq.heappush(i_pending[dd], (arrival, _key(params.i_pick, s - 1, mb), s - 1, mb))
+                if dd != d:
+                    notify(dd, arrival)
+        else:
+            end = t + dur_w[s]
+            mem[d] -= wgt[s]
+        free[d] = end
+        decision[d] = end
+        heapq.heappush(heap, (end, d))
+    return Schedule(orders=orders, name="greedy", meta={"heuristic": asdict(params)})
+
+
+def default_variants(inst: Instance) -> list[GreedyParams]:
+    """The variants worth trying; fewer on very large instances (each run is a full pass)."""
+    big = 3 * inst.stages * inst.microbatches > 20000
+    caps: list[float | None] = [None, 1.0] if big else [None, 1.0, 1.5]
+    out = []
+    for cap in caps:
+        for w_policy in ("fit", "fill"):
+            for hold_f in (0.0, 0.3) if big else (0.0, 0.3, 0.5):
+                out.append(GreedyParams(cap=cap, w_policy=w_policy, hold_f=hold_f))
+    if inst.chunks > 1:
+        for i_pick, f_pick in (("deep", "mb"), ("mb", "shallow"), ("deep", "deep")):
+            out.append(GreedyParams(w_policy="fit", i_pick=i_pick, f_pick=f_pick))
+        out += [GreedyParams(w_policy="fit", reserve=False),
+                GreedyParams(w_policy="fit", i_pick="deep", reserve=False)]
+    return out
+
+
+def score(result: SimResult, objective: str) -> tuple[float, float]:
+    """Primary objective, then the other metric as a tie-break."""
+    if objective == "span":
+        return (result.max_span, result.makespan)
+    return (result.makespan, result.max_span)
+
+
+def heuristic_schedule(
+    inst: Instance,
+    objective: str = "makespan",
+    variants: list[GreedyParams] | None = None,
+    time_limit: float | None = None,
+) -> tuple[Schedule, SimResult]:
+    """Best greedy variant by the simulator (validated, memory included).
+
+    ``time_limit`` stops trying further variants (the first always runs). Raises HeuristicError
+    if the memory limit is below the one-microbatch minimum.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
+    check_memory(inst)
+    t0 = time.monotonic()
+    best: tuple[tuple[float, float], Schedule, SimResult] | None = None
+    tried = []
+    for params in variants or default_variants(inst):
+        if best is not None and time_limit is not None and time.monotonic() - t0 > time_limit:
+            break
+        try:
+            sched = greedy(inst, params)
+        except _Deadlock:
+            tried.append((params.label(), None))
+            continue
+        result = validate(inst, sched)
+        key = score(result, objective)
+        tried.append((params.label(), key[0]))
+        if best is None or key < best[0]:
+            best = (key, sched, result)
+    if best is None:  # only non-reserving variants were asked for and all deadlocked
+        return heuristic_schedule(inst, objective, [GreedyParams()])
+    _, sched, result = best
+    sched.name = "heuristic"
+    sched.meta["variants_tried"] = tried
+    sched.meta["objective"] = objective
+    return sched, result
