@@ -1,0 +1,103 @@
+"""Layouts a sweep compares: how many chunks per device and how the chunks are placed.
+
+A sweep asks "what if this model ran with 2 chunks in a V?" of an instance written for one
+layout, so the instance has to be re-cut. The model is the sequence of logical stages; re-cutting
+keeps that sequence and its totals: going from v0 to k*v0 chunks splits every stage into k equal
+pieces (times, activation and weight divided by k), going down merges k consecutive stages
+(summed). Per-hop comm is unchanged, as in the ZB papers (T_comm is not scaled with the chunk).
+An even split is an approximation for heterogeneous stages (an embedding really sits in the first
+piece only); it keeps every device's total work and memory per microbatch, which is what the
+memory axis of a sweep compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zbsolve.instance import PLACEMENTS, Instance, InstanceError
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    chunks: int
+    placement: str  # loop | v (identical for one chunk, so one chunk is always 'loop')
+
+    @property
+    def label(self) -> str:
+        """Short CSV-friendly name: ``c1``, ``loop-c2``, ``v-c2``."""
+        return "c1" if self.chunks == 1 else f"{self.placement}-c{self.chunks}"
+
+
+def layouts_for(inst: Instance, chunks: list[int] | None, placements: list[str] | None
+                ) -> list[Layout]:
+    """The distinct layouts of a sweep; defaults to the instance's own layout.
+
+    With one chunk, loop and V place stage s on device s alike, so they collapse to one layout
+    rather than solving the same case twice.
+    """
+    if inst.placement_kind == "explicit":
+        if chunks or placements:
+            raise InstanceError(
+                "placement: the instance has an explicit placement, so --chunks/--placements "
+                "cannot re-cut it; give it placement: loop or v, or drop those options"
+            )
+        return [Layout(inst.chunks, "explicit")]
+    chunks = chunks or [inst.chunks]
+    placements = placements or [inst.placement_kind]
+    for c in chunks:
+        if c < 1:
+            raise InstanceError(f"--chunks: expected integers >= 1, got {c}")
+    for kind in placements:
+        if kind not in PLACEMENTS:
+            raise InstanceError(f"--placements: expected loop and/or v, got {kind!r}")
+    out = {Layout(c, "loop" if c == 1 else kind) for c in chunks for kind in placements}
+    return sorted(out)
+
+
+def _recut(values: tuple[float, ...], v0: int, v: int, p: int) -> list[float]:
+    if v % v0 == 0:
+        k = v // v0
+        return [x / k for x in values for _ in range(k)]
+    k = v0 // v
+    return [sum(values[i * k:(i + 1) * k]) for i in range(p * v)]
+
+
+def relayout(inst: Instance, layout: Layout) -> Instance:
+    """``inst`` re-cut into ``layout`` (same model, same totals), with no memory limit."""
+    if layout.placement == "explicit":
+        return inst.with_(limit=None)
+    v0, v, p = inst.chunks, layout.chunks, inst.devices
+    if v % v0 and v0 % v:
+        raise InstanceError(
+            f"--chunks: cannot re-cut {v0} chunk(s) per device into {v}; use a multiple or a "
+            f"divisor of {v0}"
+        )
+    data = inst.to_dict()
+    data["name"] = f"{inst.name}[{layout.label}]"
+    data["chunks"] = v
+    data["placement"] = layout.placement
+    data["times"] = {k: _recut(getattr(inst, k), v0, v, p) for k in ("F", "I", "W")}
+    data["memory"] = {
+        "activation": _recut(inst.activation, v0, v, p),
+        "weight": _recut(inst.weight, v0, v, p),
+        "limit": None,
+    }
+    return Instance.from_dict(data)
+
+
+def reference_peak(inst: Instance) -> float:
+    """The 1F1B peak (largest over devices) of the model cut into one stage per device.
+
+    Limits given as fractions are fractions of this one number, for every layout, so the memory
+    axis means the same bytes whichever layout a point belongs to.
+    """
+    from zbsolve.baselines import generate
+    from zbsolve.simulate import simulate
+
+    base = relayout(inst, Layout(1, "loop")) if inst.placement_kind != "explicit" else inst
+    if base.chunks != 1:
+        raise InstanceError(
+            "placement: fractions of the 1F1B peak need a one-chunk layout; this explicit "
+            "placement has several stages per device, so give --absolute limits"
+        )
+    return max(simulate(base, generate("1f1b", base)).peak_memory)

@@ -1,0 +1,84 @@
+"""The sweep picture: peak memory against step time (left axis) and bubble (right axis).
+
+Bubble is a fixed function of step time for one model (1 - total work / (p * T)), and every layout
+of a sweep keeps the model's total work, so one pair of axes shows both. Each layout's solver
+front is a step line (the best step time reachable within a memory budget); hand-made schedules
+are labelled markers at their own peak; the memory no schedule can fit in is shaded.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from zbsolve.sweep.front import envelope, metric_columns
+
+_MARKERS = "osD^v<>PX*hp"
+
+
+def plot_sweep(result, path: str | Path) -> Path:
+    """Draw ``result`` (a SweepResult) to ``path`` (format from the suffix: .png, .svg, ...)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = result.table
+    step, _ = metric_columns(result.objective)
+    fig, ax = plt.subplots(figsize=(9.5, 5.8), constrained_layout=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    solved = table[(table["source"] == "solver") & table[step].notna()]
+    hand = table[table["source"] == "hand-made"].drop_duplicates(["layout", "schedule"])
+    x_max = float(np.nanmax(table["limit"])) if len(table) else 1.0
+    x_max = max(x_max, float(np.nanmax(table["peak"])) if table["peak"].notna().any() else 0.0)
+
+    for k, layout in enumerate(sorted(table["layout"].unique())):
+        color = colors[k % len(colors)]
+        pts = solved[solved["layout"] == layout]
+        if not pts.empty:
+            xs, ys = envelope(pts["peak"].tolist(), pts[step].tolist())
+            ax.step(xs + [x_max], ys + [ys[-1]], where="post", color=color, lw=2,
+                    label=f"solver front, {layout}")
+            ax.plot(pts["peak"], pts[step], ".", color=color, ms=4, alpha=0.6)
+        for j, (_, row) in enumerate(hand[hand["layout"] == layout].iterrows()):
+            ax.plot(row["peak"], row[step], _MARKERS[j % len(_MARKERS)], color=color, ms=8,
+                    mfc="white", mew=1.6)
+            ax.annotate(row["schedule"], (row["peak"], row[step]), textcoords="offset points",
+                        xytext=(6, 4), fontsize=8, color=color)
+
+    need = table["min_limit"].dropna()
+    if not need.empty:
+        lo = float(need.max())
+        ax.axvspan(0, lo, color="0.85", zorder=0, label=f"no schedule fits (< {lo:g})")
+    ax.set_xlim(0, x_max * 1.04)
+    ax.set_xlabel("peak memory per device (activation units)")
+    ax.set_ylabel(f"step time ({result.objective})")
+    ax.grid(alpha=0.3)
+
+    work = result.total_work / result.devices
+
+    def to_bubble(t):
+        t = np.asarray(t, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return 1.0 - work / t
+
+    def to_time(b):
+        b = np.asarray(b, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return work / (1.0 - b)
+
+    right = ax.secondary_yaxis("right", functions=(to_bubble, to_time))
+    right.set_ylabel(f"bubble rate ({result.objective})")
+    ref = result.reference_peak
+    if ref and math.isfinite(ref):
+        top = ax.secondary_xaxis("top", functions=(lambda x: x / ref, lambda f: f * ref))
+        top.set_xlabel("fraction of the 1F1B peak")
+    ax.set_title(f"{result.instance}: memory vs step time; hand-made schedules as markers",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    path = Path(path)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

@@ -1,0 +1,375 @@
+"""Running a sweep: every (layout, limit) case solved once, in parallel, cached as it finishes.
+
+The main process builds the cases, answers what it can from the cache, and hands the rest to a
+pool of worker processes (CP-SAT holds the GIL-free part of the work, but its Python model
+building does not, so threads would not help). Each worker writes its case's cache file the
+moment the case is done, which is what lets an interrupted sweep keep its finished work.
+Hand-made schedules do not depend on the limit, so each layout's are generated once here and
+listed under every limit they fit.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from zbsolve.instance import Instance, InstanceError
+from zbsolve.schedule import Schedule
+from zbsolve.simulate import EPS, validate
+from zbsolve.sweep import cache
+from zbsolve.sweep.front import metric_columns, pareto_flags
+from zbsolve.sweep.layouts import Layout, layouts_for, reference_peak, relayout
+from zbsolve.sweep.limits import DIGITS
+
+SOLVER_CALLS = 0
+"""Solver calls made in this process (the cache test reads it: a cache hit makes none)."""
+
+COLUMNS = [
+    "layout", "chunks", "placement", "limit_fraction", "limit", "schedule", "source", "status",
+    "makespan", "span", "bubble_makespan", "bubble_span", "peak", "peak_fraction", "gap",
+    "lower_bound", "solve_time", "hint", "min_limit", "cached", "note", "on_layout_front",
+    "on_front",
+]
+
+
+@dataclass(frozen=True)
+class SolverParams:
+    """What is handed to ``zbsolve.solver.solve`` for every case (and keys the cache)."""
+
+    time_limit: float = 60.0
+    gap: float = 0.0
+    workers: int = 2
+    seed: int = 0
+    objective: str = "makespan"
+    method: str = "auto"
+
+    def __post_init__(self) -> None:
+        metric_columns(self.objective)  # validates the name
+        if not self.time_limit > 0:
+            raise ValueError(f"--time-limit: must be > 0 seconds, got {self.time_limit}")
+        if self.workers < 1:
+            raise ValueError(f"--workers: must be >= 1, got {self.workers}")
+        if self.gap < 0:
+            raise ValueError(f"--gap: must be >= 0, got {self.gap}")
+
+
+@dataclass
+class CaseOutcome:
+    """What a solve function returns for one case (the solver's SolveResult, reduced)."""
+
+    schedule: Schedule
+    status: str
+    gap: float = math.nan
+    lower_bound: float = math.nan
+    solve_time: float = math.nan
+    hint: str | None = None
+
+
+SolveFn = Callable[[Instance, SolverParams], CaseOutcome]
+
+
+def solve_with_zbsolve(inst: Instance, params: SolverParams) -> CaseOutcome:
+    """The default solve function: zbsolve's CP-SAT solver, quiet."""
+    from zbsolve.solver import SolveOptions, solve
+
+    res = solve(inst, SolveOptions(
+        time_limit=params.time_limit, gap=params.gap, workers=params.workers, seed=params.seed,
+        objective=params.objective, method=params.method, progress=False,
+    ))
+    return CaseOutcome(
+        schedule=res.schedule, status=str(res.status), gap=_num(res.gap),
+        lower_bound=_num(res.lower_bound), solve_time=_num(res.solve_time),
+        hint=getattr(res, "baseline", None) and str(getattr(res.baseline, "name", res.baseline)),
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    layout: Layout
+    fraction: float | None  # of the reference peak; None for absolute limits
+    limit: float
+    inst: Instance  # re-cut to the layout, with the limit on every device
+    key: str
+
+
+@dataclass
+class SweepConfig:
+    limits: list[float]
+    out_dir: Path
+    absolute: bool = False
+    chunks: list[int] | None = None
+    placements: list[str] | None = None
+    params: SolverParams = field(default_factory=SolverParams)
+    jobs: int = 1
+    progress: bool = True
+    plot: bool = True
+
+
+@dataclass
+class SweepResult:
+    table: pd.DataFrame
+    objective: str
+    reference_peak: float | None
+    total_work: float
+    devices: int
+    instance: str
+    stats: dict[str, int]
+    files: dict[str, str]
+    interrupted: bool = False
+
+    @property
+    def front(self) -> pd.DataFrame:
+        return self.table[self.table["on_front"]]
+
+
+def build_cases(inst: Instance, config: SweepConfig) -> tuple[list[Case], float | None]:
+    layouts = layouts_for(inst, config.chunks, config.placements)
+    ref = None
+    try:
+        ref = reference_peak(inst)
+    except InstanceError:
+        if not config.absolute:
+            raise
+    if config.absolute:
+        pairs = [(None, x) for x in config.limits]
+    else:
+        pairs = [(f, round(f * ref, DIGITS)) for f in config.limits]
+    params = asdict(config.params)
+    cases = []
+    for layout in layouts:
+        base = relayout(inst, layout)
+        for frac, limit in pairs:
+            limited = base.with_(limit=limit)
+            cases.append(Case(layout, frac, limit, limited, cache.case_key(limited, params)))
+    return cases, ref
+
+
+def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveFn
+             ) -> dict[str, Any]:
+    """Solve one case and cache it; an infeasible limit is an answer (cached), a crash is not."""
+    global SOLVER_CALLS
+    SOLVER_CALLS += 1
+    row = _case_row(case)
+    schedule = None
+    try:
+        outcome = solve_fn(case.inst, params)
+        sim = validate(case.inst, outcome.schedule)  # the simulator's figures, and a re-check
+    except InstanceError as exc:
+        min_limit = getattr(exc, "min_limit", None)
+        if min_limit is None:
+            raise
+        need = max(min_limit) if isinstance(min_limit, (list, tuple)) else float(min_limit)
+        row.update(status="infeasible", min_limit=need,
+                   note=f"limit {case.limit:g} is below the smallest feasible limit {need:g}")
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # recorded, reported, never cached: a rerun tries again
+        row.update(status="error", note=f"{type(exc).__name__}: {exc}")
+        return row
+    else:
+        schedule = outcome.schedule
+        row.update(
+            status=outcome.status, makespan=sim.makespan, span=sim.max_span,
+            bubble_makespan=sim.bubble_makespan, bubble_span=sim.bubble_span,
+            peak=max(sim.peak_memory), gap=outcome.gap, lower_bound=outcome.lower_bound,
+            solve_time=outcome.solve_time, hint=outcome.hint,
+        )
+    cache.write_atomic(cache_dir, case.key, {
+        "row": row, "schedule": schedule.to_dict() if schedule is not None else None,
+    })
+    return row
+
+
+def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = None
+              ) -> SweepResult:
+    """Solve every case (cache first), add the hand-made schedules, mark fronts, write files."""
+    solve_fn = solve_fn or solve_with_zbsolve
+    if config.jobs < 1:
+        raise ValueError(f"--jobs: must be >= 1, got {config.jobs}")
+    cases, ref = build_cases(inst, config)
+    out_dir = Path(config.out_dir)
+    cache_dir = out_dir / "cache"
+    rows: dict[str, dict[str, Any]] = {}
+    todo: dict[str, Case] = {}
+    for case in cases:
+        hit = cache.read(cache_dir, case.key)
+        if hit is not None:
+            rows[case.key] = {**hit["row"], **_case_row(case, cached=True)}
+        else:
+            todo.setdefault(case.key, case)
+    if config.jobs * config.params.workers > (os.cpu_count() or 1):
+        print(f"zbsolve sweep: warning: --jobs {config.jobs} x --workers "
+              f"{config.params.workers} threads exceed the {os.cpu_count()} CPUs",
+              file=sys.stderr)
+    interrupted = False
+    try:
+        _solve_all(list(todo.values()), config, cache_dir, solve_fn, rows, len(cases) - len(todo))
+    except KeyboardInterrupt:
+        interrupted = True
+    table = _table(inst, cases, rows, ref, config.params.objective)
+    stats = {
+        "cases": len(cases),
+        "solved": sum(1 for k in todo if k in rows),
+        "cached": sum(1 for c in cases if rows.get(c.key, {}).get("cached")),
+        "infeasible": sum(1 for r in rows.values() if r["status"] == "infeasible"),
+        "errors": sum(1 for r in rows.values() if r["status"] == "error"),
+        "missing": sum(1 for c in cases if c.key not in rows),
+    }
+    result = SweepResult(
+        table=table, objective=config.params.objective, reference_peak=ref,
+        total_work=inst.total_work, devices=inst.devices, instance=inst.name, stats=stats,
+        files={}, interrupted=interrupted,
+    )
+    _write(result, out_dir, config.plot)
+    return result
+
+
+def _solve_all(todo: list[Case], config: SweepConfig, cache_dir: Path, solve_fn: SolveFn,
+               rows: dict[str, dict[str, Any]], done_already: int) -> None:
+    from tqdm import tqdm
+
+    total = done_already + len(todo)
+    with tqdm(total=total, initial=done_already, desc="sweep", unit="case", file=sys.stderr,
+              disable=not config.progress, dynamic_ncols=True) as bar:
+        def finish(row: dict[str, Any], key: str) -> None:
+            rows[key] = row
+            if row["status"] == "error":
+                bar.write(f"zbsolve sweep: {row['layout']} limit {row['limit']:g}: {row['note']}",
+                          file=sys.stderr)
+            bar.update(1)
+
+        if config.jobs == 1:
+            for case in todo:
+                finish(run_case(case, config.params, cache_dir, solve_fn), case.key)
+            return
+        # spawn, not fork: the parent may hold threads (tqdm's monitor, CP-SAT's pools)
+        ctx = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(max_workers=config.jobs, mp_context=ctx)
+        try:
+            pending = {pool.submit(run_case, c, config.params, cache_dir, solve_fn): c
+                       for c in todo}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    case = pending.pop(fut)
+                    finish(fut.result(), case.key)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+def _case_row(case: Case, cached: bool = False) -> dict[str, Any]:
+    return {
+        "layout": case.layout.label, "chunks": case.layout.chunks,
+        "placement": case.layout.placement, "limit_fraction": case.fraction, "limit": case.limit,
+        "schedule": "solver", "source": "solver", "status": "", "makespan": math.nan,
+        "span": math.nan, "bubble_makespan": math.nan, "bubble_span": math.nan,
+        "peak": math.nan, "gap": math.nan, "lower_bound": math.nan, "solve_time": math.nan,
+        "hint": None, "min_limit": math.nan, "cached": cached, "note": "",
+    } if not cached else {
+        # identity fields come from the case, not the file: a renamed layout stays right
+        "layout": case.layout.label, "chunks": case.layout.chunks,
+        "placement": case.layout.placement, "limit_fraction": case.fraction, "limit": case.limit,
+        "cached": True,
+    }
+
+
+def _baseline_rows(case: Case, baselines: list) -> list[dict[str, Any]]:
+    out = []
+    for b in baselines:
+        peaks = b.result.peak_memory
+        if any(pk > case.limit + EPS for pk in peaks):
+            continue
+        row = _case_row(case)
+        row.update(
+            schedule=b.name, source="hand-made", status="hand-made",
+            makespan=b.result.makespan, span=b.result.max_span,
+            bubble_makespan=b.result.bubble_makespan, bubble_span=b.result.bubble_span,
+            peak=max(peaks),
+        )
+        out.append(row)
+    return out
+
+
+_WARNED: set[str] = set()
+
+
+def evaluate_baselines(inst: Instance) -> list:
+    """Every applicable hand-made schedule of the (unlimited) instance, simulated.
+
+    A family whose generator module is not installed in this checkout is reported on stderr and
+    left out rather than aborting the sweep.
+    """
+    import importlib.util
+
+    from zbsolve.baselines import _REGISTRY, NAMES, evaluate_all
+
+    names = []
+    for name in NAMES:
+        module = f"zbsolve.baselines.{_REGISTRY[name].split(':')[0]}"
+        if importlib.util.find_spec(module) is None:
+            if name in _WARNED:
+                continue
+            _WARNED.add(name)
+            print(f"zbsolve sweep: warning: hand-made family {name!r} is unavailable "
+                  f"({module} is missing)", file=sys.stderr)
+            continue
+        names.append(name)
+    return [r for r in evaluate_all(inst, tuple(names)) if r.applicable]
+
+
+def _table(inst: Instance, cases: list[Case], rows: dict[str, dict[str, Any]],
+           ref: float | None, objective: str) -> pd.DataFrame:
+    records: list[dict[str, Any]] = []
+    baselines: dict[Layout, list] = {}
+    for case in cases:
+        if case.key not in rows:
+            continue  # interrupted before this case finished
+        records.append(dict(rows[case.key]))
+        if case.layout not in baselines:
+            baselines[case.layout] = evaluate_baselines(relayout(inst, case.layout))
+        records.extend(_baseline_rows(case, baselines[case.layout]))
+    table = pd.DataFrame.from_records(records, columns=[c for c in COLUMNS if c not in (
+        "peak_fraction", "on_layout_front", "on_front")])
+    table["peak_fraction"] = table["peak"] / ref if ref else math.nan
+    step, _ = metric_columns(objective)
+    table["on_front"] = pareto_flags(table["peak"].tolist(), table[step].tolist())
+    table["on_layout_front"] = False
+    for _, group in table.groupby("layout"):
+        flags = pareto_flags(group["peak"].tolist(), group[step].tolist())
+        table.loc[group.index, "on_layout_front"] = flags
+    table["cached"] = table["cached"].astype(bool)
+    return table[COLUMNS]
+
+
+def _write(result: SweepResult, out_dir: Path, plot: bool) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table_path = out_dir / "pareto.csv"
+    result.table.to_csv(table_path, index=False, float_format="%.6g")
+    front_path = out_dir / "front.csv"
+    result.front.sort_values("peak").to_csv(front_path, index=False, float_format="%.6g")
+    result.files = {"table": str(table_path), "front": str(front_path)}
+    if plot:
+        from zbsolve.sweep.plot import plot_sweep
+
+        for ext in ("png", "svg"):
+            path = out_dir / f"pareto.{ext}"
+            plot_sweep(result, path)
+            result.files[ext] = str(path)
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
