@@ -284,7 +284,7 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
 def default_variants(inst: Instance) -> list[GreedyParams]:
     """The variants worth trying; fewer on very large instances (each run is a full pass)."""
     big = 3 * inst.stages * inst.microbatches > 20000
-    caps: list[float | None] = [None, 1.0] if big else [None, 1.0, 1.5]
+    caps: list[float | None] = [None, 1.0, 2.0] if big else [None, 1.0, 1.5, 2.0]
     out = []
     for cap in caps:
         for w_policy in ("fit", "fill"):

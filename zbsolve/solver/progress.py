@@ -1,0 +1,53 @@
+"""Anytime progress of a CP-SAT search: one line per improving solution, and a history.
+
+The history (elapsed, incumbent, bound) is kept even when nothing is printed, so benchmarks
+can plot convergence without re-running.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from ortools.sat.python import cp_model
+
+
+def rel_gap(value: float, bound: float) -> float:
+    """(value - bound) / value, 0 when value is 0; never negative."""
+    if value <= 0:
+        return 0.0
+    return max(0.0, (value - bound) / value)
+
+
+class Progress(cp_model.CpSolverSolutionCallback):
+    """Solution callback; values are converted back to instance time units by ``unit``."""
+
+    def __init__(self, unit: float, objective: str, echo: bool = False,
+                 stream: TextIO | None = None, floor: float = 0.0):
+        super().__init__()
+        self.unit = unit
+        self.objective = objective
+        self.echo = echo
+        self.stream = stream or sys.stderr
+        self.floor = floor  # an external lower bound (analytic), in instance units
+        self.t0 = time.perf_counter()
+        self.history: list[tuple[float, float, float]] = []
+
+    def line(self, elapsed: float, value: float, bound: float, what: str = "") -> str:
+        return (f"[{elapsed:8.2f}s] {self.objective} {value:.6g}  bound {bound:.6g}  "
+                f"gap {100 * rel_gap(value, bound):.3f}%{('  ' + what) if what else ''}")
+
+    def on_solution_callback(self) -> None:
+        elapsed = time.perf_counter() - self.t0
+        value = self.objective_value / self.unit
+        bound = max(self.best_objective_bound / self.unit, self.floor)
+        self.history.append((elapsed, value, bound))
+        if self.echo:
+            print(self.line(elapsed, value, bound), file=self.stream, flush=True)
+
+    def note(self, value: float, bound: float, what: str) -> None:
+        """A line that does not come from CP-SAT (start, hint, final verdict)."""
+        if self.echo:
+            elapsed = time.perf_counter() - self.t0
+            print(self.line(elapsed, value, bound, what), file=self.stream, flush=True)
