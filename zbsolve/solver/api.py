@@ -259,6 +259,7 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
     if options.deterministic_time is not None:
         prm.max_deterministic_time = options.deterministic_time
     progress.unit = float(scale.time)
+    solver.best_bound_callback = progress.on_bound
     code = solver.solve(sm.model, progress)
     info.update(cp_status=solver.status_name(code), cp_wall=solver.wall_time)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

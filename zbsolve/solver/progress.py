@@ -46,6 +46,17 @@ class Progress(cp_model.CpSolverSolutionCallback):
         if self.echo:
             print(self.line(elapsed, value, bound), file=self.stream, flush=True)
 
+    def on_bound(self, bound: float) -> None:
+        """CP-SAT's ``best_bound_callback``: a line when the proven bound moves."""
+        if not self.history:
+            return  # no incumbent from CP-SAT yet; the first solution line shows the bound
+        elapsed = time.perf_counter() - self.t0
+        _, value, _ = self.history[-1]
+        b = max(bound / self.unit, self.floor)
+        self.history.append((elapsed, value, b))
+        if self.echo:
+            print(self.line(elapsed, value, b, "bound"), file=self.stream, flush=True)
+
     def note(self, value: float, bound: float, what: str) -> None:
         """A line that does not come from CP-SAT (start, hint, final verdict)."""
         if self.echo:
