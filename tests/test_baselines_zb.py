@@ -77,7 +77,8 @@ def test_the_6_2b_rows_do_not_fit_three_chunks():
     for row in ROWS:
         if row["model"] == "6.2B":
             inst = row_instance(row, v=3)
-            misses.append(simulate(inst, interleaved_1f1b(inst)).bubble_makespan - float(row["1F1B-I"]))
+            bubble = simulate(inst, interleaved_1f1b(inst)).bubble_makespan
+            misses.append(bubble - float(row["1F1B-I"]))
     assert len(misses) == 3 and all(x > 0.007 for x in misses)
 
 
@@ -167,10 +168,13 @@ def test_interleaved_small_order():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"p": 4, "m": 6, "v": 2}, r"1f1b-interleaved: needs microbatches divisible by devices \(m = 6, p = 4\); use m = 4 or 8"),
+        ({"p": 4, "m": 6, "v": 2},
+         r"1f1b-interleaved: needs microbatches divisible by devices \(m = 6, p = 4\); "
+         r"use m = 4 or 8"),
         ({"p": 4, "m": 3, "v": 2}, r"use m = 4$"),
         ({"p": 4, "m": 8, "v": 1}, r"needs chunks >= 2 \(got 1\); with one chunk use '1f1b'"),
-        ({"p": 4, "m": 8, "v": 2, "placement": "v"}, r"needs the loop placement .*got v; use placement: loop"),
+        ({"p": 4, "m": 8, "v": 2, "placement": "v"},
+         r"needs the loop placement .*got v; use placement: loop"),
     ],
 )
 def test_interleaved_not_applicable(kwargs, message):
@@ -254,7 +258,8 @@ def test_zb_iclr_instances_load_and_match_their_rows():
         assert inst.activation[0] == 1.0
         assert inst.weight[0] == (0.366 if row["model"] == "1.5B" else 0.432)
         assert inst.limit == (float(row["p"]),) * inst.devices  # p * M_B: the ZB-1p setting
-        assert inst.extra["source"].startswith(f"shared/reference/zb_iclr_bubble_rates.csv row {n} ")
+        source = f"shared/reference/zb_iclr_bubble_rates.csv row {n} "
+        assert inst.extra["source"].startswith(source)
         # ZB-H1 fits the ZB-1p memory (it is ZB-1p on every row); ZB-H2 needs about 2p.
         h1 = validate(inst, zb_h1(inst))
         assert h1.bubble_makespan == pytest.approx(float(row["ZB-1p"]), abs=5e-4)

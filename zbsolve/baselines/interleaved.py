@@ -78,10 +78,11 @@ def interleaved_1f1b(inst: Instance) -> Schedule:
         f"needs microbatches divisible by devices (m = {m}, p = {p}); use m = {nearest}",
     )
     total = m * v
+    ks = range(total)
     orders: list[list[Op]] = []
     for r in range(p):
-        fwd = [F(c * p + r, mb) for c, mb in (virtual_microbatch(k, p, v, True) for k in range(total))]
-        bwd = [B(c * p + r, mb) for c, mb in (virtual_microbatch(k, p, v, False) for k in range(total))]
+        fwd = [F(c * p + r, mb) for c, mb in (virtual_microbatch(k, p, v, True) for k in ks)]
+        bwd = [B(c * p + r, mb) for c, mb in (virtual_microbatch(k, p, v, False) for k in ks)]
         warm = warmup_count(r, p, v, m)
         order: list[Op] = fwd[:warm]
         for k in range(total - warm):
