@@ -1,0 +1,115 @@
+"""Measure what the runner executes: per logical stage F, I and W times and activation bytes.
+
+The stages are the runner's own (:func:`zbsolve.runtime.model.build_stage_modules`, the same
+layer split) and are driven through the runner's :class:`~zbsolve.runtime.iw_split.StageRunner`
+(the same I/W split: I = one autograd pass for the input gradient, W = the deferred
+weight-gradient products), with the loss on the last stage scaled by 1/m as in a run. So the
+profile is of exactly the code a schedule is later run with, not of a look-alike.
+
+Each sample is one microbatch through F, then I, then W, timed op by op; the first ``warmup``
+samples are discarded (allocator and kernel warm-up, first ``.grad`` allocation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from zbsolve.profiler.records import StageProfile
+from zbsolve.profiler.timing import Spread, Stopwatch, check_counts
+from zbsolve.runtime.iw_split import StageRunner
+from zbsolve.runtime.model import GPTConfig, build_stage_modules, layer_split, lm_loss
+
+
+def _inputs(cfg: GPTConfig, stage: int, n_stages: int, device: torch.device,
+            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(stage input, targets on the last stage, output gradient elsewhere) of one microbatch."""
+    b, s, h = cfg.microbatch_size, cfg.seq, cfg.hidden
+    if stage == 0:
+        x = torch.randint(0, cfg.vocab, (b, s), generator=gen)
+    else:
+        x = torch.randn(b, s, h, generator=gen)
+    last = stage == n_stages - 1
+    targets = torch.randint(0, cfg.vocab, (b, s), generator=gen) if last else None
+    grad = None if last else torch.randn(b, s, h, generator=gen) * 1e-3
+    return (x.to(device), None if targets is None else targets.to(device),
+            None if grad is None else grad.to(device))
+
+
+@dataclass
+class _StageState:
+    """One stage's runner and the samples gathered for it so far."""
+
+    runner: StageRunner
+    gen: torch.Generator
+    times: dict[str, list[float]]
+    saved: list[float]
+    held: list[float]
+
+
+def _sample(cfg: GPTConfig, st: _StageState, n_stages: int, mb: int, watch: Stopwatch,
+            device: torch.device, keep: bool) -> None:
+    """One microbatch through F, I, W of one stage: times and memory deltas."""
+    runner = st.runner
+    cuda = device.type == "cuda"
+    x, targets, grad = _inputs(cfg, runner.index, n_stages, device, st.gen)
+    if cuda:
+        torch.cuda.synchronize(device)
+
+    def mem() -> int:
+        return torch.cuda.memory_allocated(device) if cuda else runner.memory.current
+
+    before = mem()
+    t_f, out = watch.time(partial(runner.forward, mb, x, targets))
+    del out, x  # handed on: the runner keeps its own reference when the backward needs it
+    after_f = mem()
+    t_i, grad_in = watch.time(partial(runner.backward_input, mb, grad))
+    del grad_in, grad  # handed upstream
+    after_i = mem()
+    t_w, _ = watch.time(partial(runner.backward_weight, mb))
+    if keep:
+        st.times["F"].append(t_f)
+        st.times["I"].append(t_i)
+        st.times["W"].append(t_w)
+        st.saved.append(after_f - before)
+        st.held.append(after_i - before)
+
+
+def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: int = 3,
+                  repeats: int = 10, device: torch.device | None = None) -> list[StageProfile]:
+    """Profile every logical stage of ``cfg`` split into ``n_stages`` (the runner's split).
+
+    Samples are taken round-robin over the stages (sample i of every stage before sample i+1 of
+    any), so a slow patch of a shared machine spreads over all stages instead of inflating one.
+    """
+    check_counts(repeats, warmup)
+    layer_split(cfg.layers, n_stages)  # raises with the fix when there are too few layers
+    device = device or torch.device("cpu")
+    watch = Stopwatch(cuda=device.type == "cuda")
+    states = []
+    for s, module in enumerate(build_stage_modules(cfg, n_stages)):
+        runner = StageRunner(module.to(device), s, n_stages, loss_fn=lm_loss,
+                             loss_scale=1.0 / microbatches)
+        states.append(_StageState(runner, torch.Generator().manual_seed(1000 + s),
+                                  {"F": [], "I": [], "W": []}, [], []))
+    for i in range(warmup + repeats):
+        for st in states:
+            _sample(cfg, st, n_stages, i, watch, device, keep=i >= warmup)
+    method = ("CUDA allocator deltas across F and across F+I" if device.type == "cuda" else
+              "runner's count of tensors saved for backward (F) and of its deferred "
+              "weight-gradient store (after I)")
+    out = []
+    for st in states:
+        module = st.runner.module
+        module.zero_grad(set_to_none=True)
+        out.append(StageProfile(
+            stage=st.runner.index, layers=len(module.blocks), first=st.runner.is_first,
+            last=st.runner.is_last, F=Spread.of(st.times["F"]), I=Spread.of(st.times["I"]),
+            W=Spread.of(st.times["W"]), saved_bytes=Spread.of(st.saved).median,
+            held_bytes=max(Spread.of(st.held).median, 0.0),
+            param_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
+            memory_method=method,
+        ))
+    return out

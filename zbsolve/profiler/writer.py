@@ -1,0 +1,199 @@
+"""From measurements to the foundation instance schema (and the measured-vs-analytic table).
+
+Pure Python on purpose: the writer, its rounding and its table are tested without torch.
+
+Units written: times and ``comm`` in milliseconds, memory in MiB (2**20 bytes) per microbatch
+and stage; the file's ``description`` says so. How the measured bytes map onto the instance's
+memory model (F allocates ``activation``; I frees ``activation - weight``; W frees ``weight``):
+
+- ``weight`` = the bytes the deferred weight-gradient store holds after I (layer inputs *and*
+  output gradients; the latter are created by I, so they are not a part of what F saved);
+- ``activation`` = max(bytes F saved, ``weight``). When the store outgrows what F saved (fp32,
+  no dropout, fused attention: the analytic M_W then equals M_B), the memory between I and W is
+  really higher than after F; raising ``activation`` to ``weight`` keeps the model an upper
+  bound of the real memory at every instant instead of under-counting. Stages where this
+  happened are listed in ``meta.memory.raised_to_weight`` and the raw figures stay in ``meta``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zbsolve.profiler.analytic import LayerMemoryModel, layer_bytes_per_token, paper_m_b, paper_m_w
+from zbsolve.profiler.analytic import stage_estimate as _stage_estimate
+from zbsolve.profiler.records import StageProfile
+from zbsolve.profiler.timing import Spread
+from zbsolve.profiler.units import MEMORY_UNIT, MIB, TIME_UNIT, round_significant
+
+# The runner's model: fp32 activations, no dropout, scaled_dot_product_attention (fused on CPU
+# and CUDA: only a log-sum-exp per head and token is kept, not the s x s probabilities).
+RUNNER_MODEL = LayerMemoryModel(dtype_bytes=4, dropout=False, fused_attention=True)
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    """Everything one ``zbsolve profile`` measured and the setting it measured in."""
+
+    name: str
+    model: dict[str, int]  # layers, hidden, heads, seq, vocab, microbatch_size, seed
+    devices: int
+    microbatches: int
+    chunks: int
+    placement: str  # loop | v
+    stages: list[StageProfile]
+    comm: Spread  # one-way hand-off latency, ms
+    p2p: dict[str, Any]
+    limit_bytes: list[float] | None  # per device, None = unlimited
+    limit_source: str
+    device: str
+    threads: int
+    warmup: int
+    repeats: int
+    torch_version: str = ""
+    command: str = ""
+    memory_model: LayerMemoryModel = field(default=RUNNER_MODEL)
+
+
+def _mib(x: float) -> float:
+    return round(x / MIB, 6)
+
+
+def analytic(run: ProfileRun) -> list[dict[str, Any]]:
+    """Per stage: the analytic bytes and the relative difference of the measurement from them."""
+    cfg = run.model
+    out = []
+    for st in run.stages:
+        est = _stage_estimate(
+            layers=st.layers, h=cfg["hidden"], a=cfg["heads"], s=cfg["seq"],
+            b=cfg["microbatch_size"], vocab=cfg["vocab"], first=st.first, last=st.last,
+            model=run.memory_model,
+        )
+        out.append({
+            "stage": st.stage,
+            "activation_bytes": est.activation,
+            "weight_bytes": est.weight,
+            "rel_diff_activation": (st.saved_bytes - est.activation) / est.activation,
+            "rel_diff_weight": (st.held_bytes - est.weight) / est.weight,
+            "extras": est.extras,
+        })
+    return out
+
+
+def memory_bytes(st: StageProfile) -> tuple[float, float]:
+    """(activation, weight) in bytes for the instance, per the mapping in the module docstring."""
+    return max(st.saved_bytes, st.held_bytes), st.held_bytes
+
+
+def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str, Any]:
+    """The instance (foundation schema) with the spread and the analytic estimate under ``meta``.
+
+    ``round_digits`` rounds F, I, W and comm to that many significant digits (profiling noise is
+    larger than the last digits); the unrounded medians stay in ``meta.measured``.
+    """
+    def rnd(x: float) -> float:
+        return round_significant(x, round_digits) if round_digits else round(x, 6)
+
+    times = {k: [rnd(getattr(st, k).median) for st in run.stages] for k in ("F", "I", "W")}
+    mem = [memory_bytes(st) for st in run.stages]
+    raised = [st.stage for st in run.stages if st.held_bytes > st.saved_bytes]
+    cfg = run.model
+    h, a, s = cfg["hidden"], cfg["heads"], cfg["seq"]
+    m_b, m_w = layer_bytes_per_token(h, a, s, run.memory_model)
+    description = (
+        f"Profiled GPT (layers={cfg['layers']}, hidden={h}, heads={a}, seq={s}, "
+        f"microbatch={cfg['microbatch_size']}, vocab={cfg['vocab']}) on {run.device}, "
+        f"{run.threads} thread(s): times and comm in {TIME_UNIT} (median of {run.repeats} after "
+        f"{run.warmup} warm-up"
+        + (f", rounded to {round_digits} significant digits" if round_digits else "")
+        + f"); memory in {MEMORY_UNIT} per microbatch and stage"
+        + (", limit per device" if run.limit_bytes else ", no limit")
+        + ". Spread and analytic estimate under meta."
+    )
+    return {
+        "name": run.name,
+        "devices": run.devices,
+        "microbatches": run.microbatches,
+        "chunks": run.chunks,
+        "placement": run.placement,
+        "times": times,
+        "comm": rnd(run.comm.median),
+        "memory": {
+            "activation": [_mib(x) for x, _ in mem],
+            "weight": [_mib(w) for _, w in mem],
+            "limit": None if run.limit_bytes is None else [_mib(x) for x in run.limit_bytes],
+        },
+        "description": description,
+        "source": run.command or "zbsolve profile",
+        "meta": {
+            "units": {"time": TIME_UNIT, "comm": TIME_UNIT, "memory": MEMORY_UNIT},
+            "model": dict(cfg),
+            "device": run.device,
+            "threads": run.threads,
+            "torch": run.torch_version,
+            "warmup": run.warmup,
+            "repeats": run.repeats,
+            "rounded_significant_digits": round_digits,
+            "layers_per_stage": [st.layers for st in run.stages],
+            "measured": {k: [round(getattr(st, k).median, 6) for st in run.stages]
+                         for k in ("F", "I", "W")} | {"comm": round(run.comm.median, 6)},
+            "spread": {k: [getattr(st, k).to_dict() for st in run.stages] for k in ("F", "I", "W")}
+            | {"comm": run.comm.to_dict()},
+            "p2p": run.p2p,
+            "memory": {
+                "method": run.stages[0].memory_method,
+                "saved_by_F_bytes": [st.saved_bytes for st in run.stages],
+                "held_for_W_bytes": [st.held_bytes for st in run.stages],
+                "raised_to_weight": raised,
+                "param_bytes": [st.param_bytes for st in run.stages],
+                "limit_source": run.limit_source,
+            },
+            "analytic": {
+                "formula": "per token and layer: M_B = 34h + 5as bytes, M_W = 32h bytes "
+                           "(fp16, dropout, materialised softmax)",
+                "paper_bytes_per_token_layer": {"M_B": paper_m_b(h, a, s), "M_W": paper_m_w(h)},
+                "variant": run.memory_model.label,
+                "variant_bytes_per_token_layer": {"M_B": m_b, "M_W": m_w},
+                "stages": analytic(run),
+            },
+        },
+    }
+
+
+def comparison_rows(run: ProfileRun) -> list[dict[str, Any]]:
+    """One row per stage: times with their noise, and measured vs analytic memory (MiB)."""
+    rows = []
+    for st, an in zip(run.stages, analytic(run)):
+        rows.append({
+            "stage": st.stage,
+            "layers": st.layers,
+            "F ms": st.F.median,
+            "I ms": st.I.median,
+            "W ms": st.W.median,
+            "IQR/med": max(x.rel_iqr for x in (st.F, st.I, st.W)),
+            "act MiB": st.saved_bytes / MIB,
+            "act analytic": an["activation_bytes"] / MIB,
+            "act diff": an["rel_diff_activation"],
+            "W-kept MiB": st.held_bytes / MIB,
+            "W analytic": an["weight_bytes"] / MIB,
+            "W diff": an["rel_diff_weight"],
+        })
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A fixed-width text table (no pandas needed)."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+
+    def cell(v: Any, col: str) -> str:
+        if isinstance(v, float):
+            return f"{v:+.1%}" if "diff" in col or col == "IQR/med" else f"{v:.4g}"
+        return str(v)
+
+    cells = [[cell(r[c], c) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
