@@ -66,7 +66,7 @@ def smallest_memory_for_bubble(table: pd.DataFrame, target: float, objective: st
     ok = table[table[bubble].notna() & (table[bubble] <= target + TOL)]
     if ok.empty:
         return None
-    return ok.sort_values(["peak", bubble], kind="stable").iloc[0].to_dict()
+    return _first(ok, ["peak", bubble])
 
 
 def best_bubble_under_memory(table: pd.DataFrame, memory: float, objective: str
@@ -76,7 +76,13 @@ def best_bubble_under_memory(table: pd.DataFrame, memory: float, objective: str
     ok = table[table[bubble].notna() & (table["peak"] <= memory + TOL)]
     if ok.empty:
         return None
-    return ok.sort_values([bubble, "peak"], kind="stable").iloc[0].to_dict()
+    return _first(ok, [bubble, "peak"])
+
+
+def _first(rows: pd.DataFrame, keys: list[str]) -> dict:
+    """The best row by ``keys``; on a tie a hand-made schedule wins (nothing new to deploy)."""
+    rank = rows.assign(_solver=(rows["source"] == "solver") if "source" in rows else False)
+    return rank.sort_values(keys + ["_solver"], kind="stable").iloc[0].drop("_solver").to_dict()
 
 
 def _finite(x: float) -> bool:

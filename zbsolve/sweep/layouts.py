@@ -2,16 +2,21 @@
 
 A sweep asks "what if this model ran with 2 chunks in a V?" of an instance written for one
 layout, so the instance has to be re-cut. The model is the sequence of logical stages; re-cutting
-keeps that sequence and its totals: going from v0 to k*v0 chunks splits every stage into k equal
-pieces (times, activation and weight divided by k), going down merges k consecutive stages
-(summed). Per-hop comm is unchanged, as in the ZB papers (T_comm is not scaled with the chunk).
-An even split is an approximation for heterogeneous stages (an embedding really sits in the first
-piece only); it keeps every device's total work and memory per microbatch, which is what the
-memory axis of a sweep compares.
+keeps that sequence and its totals: going from v0 to k*v0 chunks splits every stage into k
+pieces, going down merges k consecutive stages (summed). Per-hop comm is unchanged, as in the ZB
+papers (T_comm is not scaled with the chunk).
+
+How a stage splits: into k equal parts of its "body", where the body is the stage's value capped
+at the median over stages. What the first stage has above the median (the embedding) goes to its
+first piece, what the last stage has above it (the LM head and loss) to its last piece; an
+interior stage above the median splits evenly. For a transformer the embedding and the head are
+the only parts that are not a stack of equal layers, so this keeps them where they live instead
+of smearing the head over two devices; a uniform instance splits evenly.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from zbsolve.instance import PLACEMENTS, Instance, InstanceError
@@ -57,7 +62,18 @@ def layouts_for(inst: Instance, chunks: list[int] | None, placements: list[str] 
 def _recut(values: tuple[float, ...], v0: int, v: int, p: int) -> list[float]:
     if v % v0 == 0:
         k = v // v0
-        return [x / k for x in values for _ in range(k)]
+        median = statistics.median(values)
+        last = len(values) - 1
+        out = []
+        for s, x in enumerate(values):
+            body = min(x, median) if s in (0, last) else x
+            pieces = [body / k] * k
+            if s == 0:
+                pieces[0] += x - body
+            elif s == last:
+                pieces[-1] += x - body
+            out.extend(round(x, 12) for x in pieces)  # no 9.860000000000001 noise
+        return out
     k = v0 // v
     return [sum(values[i * k:(i + 1) * k]) for i in range(p * v)]
 

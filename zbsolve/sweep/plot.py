@@ -77,7 +77,8 @@ def plot_sweep(result, path: str | Path) -> Path:
         top.set_xlabel("fraction of the 1F1B peak")
     ax.set_title(f"{result.instance}: memory vs step time; hand-made schedules as markers",
                  fontsize=10)
-    ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best", framealpha=0.9)
     path = Path(path)
     fig.savefig(path, dpi=130)
     plt.close(fig)
