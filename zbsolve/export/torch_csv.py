@@ -1,0 +1,156 @@
+"""torch.distributed.pipelining CSV schedules: a strict writer and a strict reader.
+
+The format is what torch 2.13's ``_PipelineScheduleRuntime._load_csv`` reads: one CSV row per
+rank (row r = rank r), one action per cell, an empty cell = nothing (torch reads it as None).
+Torch infers stage -> rank from which row a stage's actions are on. Compute tokens are
+``{stage}{F|I|W|B}{mb}`` with B = FULL_BACKWARD (torch's name for our fused backward); the
+"compute_comms" form adds ``{stage}{SEND_F|RECV_F|SEND_B|RECV_B}{mb}`` and ``{stage}REDUCE_GRAD``,
+and torch's DualPipeV writes ``(0F7;7B3)OVERLAP_F_B`` for a forward and a backward run overlapped.
+
+Strict on purpose: torch's parser matches a token *prefix* (``3F12x`` silently becomes ``3F12``)
+and does not reject duplicates, so a typo can run a different schedule than the one written.
+Here every cell must match the grammar completely and every op may appear once.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from zbsolve.instance import Instance
+from zbsolve.ops import Op
+from zbsolve.schedule import Schedule
+
+_COMPUTE = re.compile(r"(\d+)([FIWB])(\d+)")
+_COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
+_STAGE_ACTION = re.compile(r"(\d+)(UNSHARD|RESHARD|REDUCE_GRAD)")
+_OVERLAP = re.compile(r"\(([^()]*)\)OVERLAP_F_B")
+GRAMMAR = (
+    "<stage><F|I|W|B><mb> (e.g. 3F12), <stage><SEND_F|RECV_F|SEND_B|RECV_B><mb>, "
+    "<stage><UNSHARD|RESHARD|REDUCE_GRAD>, (<compute>;<compute>...)OVERLAP_F_B, or empty"
+)
+
+
+class TorchCSVError(ValueError):
+    """A torch CSV cell that does not follow the grammar, or a duplicate; names row/column."""
+
+
+# ---------------------------------------------------------------------------- reading
+def parse_cell(cell: str) -> tuple[list[Op], str | None]:
+    """(compute ops in execution order, comm/other token or None). Raises ValueError."""
+    text = cell.strip()
+    if not text:
+        return [], None
+    if m := _COMPUTE.fullmatch(text):
+        return [Op(m[2], int(m[1]), int(m[3]))], None
+    if _COMM.fullmatch(text) or _STAGE_ACTION.fullmatch(text):
+        return [], text
+    if m := _OVERLAP.fullmatch(text):
+        parts = [p.strip() for p in m[1].split(";")]
+        ops = []
+        for part in parts:
+            sub = _COMPUTE.fullmatch(part)
+            if sub is None:
+                raise ValueError(
+                    f"bad sub-action {part!r} in {text!r}: OVERLAP_F_B holds compute tokens "
+                    "like 0F7 separated by ';'")
+            ops.append(Op(sub[2], int(sub[1]), int(sub[3])))
+        if len(ops) < 2:
+            raise ValueError(f"{text!r}: OVERLAP_F_B needs at least two sub-actions")
+        return ops, None
+    raise ValueError(f"bad token {text!r}: expected {GRAMMAR}")
+
+
+def read_torch_csv(path: str | Path) -> Schedule:
+    """Read a torch pipelining CSV into a Schedule (compute ops only, OVERLAP_F_B expanded).
+
+    Communication and FSDP/grad-reduction actions are checked against the grammar and for
+    duplicates, then skipped: the simulator models transfers itself.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"torch CSV {str(path)!r} does not exist")
+    with path.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    orders: list[list[Op]] = []
+    seen: dict[object, tuple[int, int]] = {}
+    overlapped: list[list[str]] = []
+    other = 0
+    for r, row in enumerate(rows):
+        order: list[Op] = []
+        for c, cell in enumerate(row):
+            where = f"{path.name}: row {r + 1} (rank {r}), column {c + 1}"
+            try:
+                ops, token = parse_cell(cell)
+            except ValueError as exc:
+                raise TorchCSVError(f"{where}: {exc}") from None
+            keys: list[object] = list(ops) if token is None else [token]
+            for key in keys:
+                if key in seen:
+                    r0, c0 = seen[key]
+                    raise TorchCSVError(
+                        f"{where}: duplicate action {key} (first at row {r0 + 1}, "
+                        f"column {c0 + 1}); each action may appear once")
+                seen[key] = (r, c)
+            if len(ops) > 1:
+                overlapped.append([str(op) for op in ops])
+            other += token is not None
+            order.extend(ops)
+        orders.append(order)
+    if not orders:
+        raise TorchCSVError(f"{path.name}: empty file; expected one row per rank")
+    meta = {"source": "torch-csv", "path": str(path), "overlap_f_b": overlapped,
+            "non_compute_actions_skipped": other}
+    return Schedule(orders=orders, name=path.stem, meta=meta)
+
+
+# ---------------------------------------------------------------------------- writing
+def compute_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list[list[str]]:
+    """Compute-only rows after validating the schedule with the simulator."""
+    from zbsolve.export.executor import fuse_backward
+    from zbsolve.simulate import validate
+
+    if fuse_bw:
+        sched = fuse_backward(sched)
+    validate(inst, sched)
+    return [[str(op) for op in order] for order in sched.orders]
+
+
+def comm_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list[list[str]]:
+    """The lowered table in torch's action syntax, with torch's REDUCE_GRAD per stage.
+
+    REDUCE_GRAD goes right after the m-th (last) W or B of a stage, where torch's own lowering
+    (``_add_reduce_grad``) puts it; torch scales gradients there, so without it a
+    compute_comms run would not match a compute_only run.
+    """
+    from zbsolve.export.executor import lower
+    from zbsolve.export.p2p_check import require_safe
+
+    table = lower(inst, sched, fuse_bw=fuse_bw)
+    require_safe(table)
+    rows = []
+    for row in table.actions:
+        count: dict[int, int] = defaultdict(int)
+        out = []
+        for a in row:
+            out.append(a.token)
+            if a.kind in ("W", "B"):
+                count[a.stage] += 1
+                if count[a.stage] == inst.microbatches:
+                    out.append(f"{a.stage}REDUCE_GRAD")
+        rows.append(out)
+    return rows
+
+
+def write_torch_csv(
+    inst: Instance, sched: Schedule, path: str | Path, comms: bool = False, *,
+    fuse_bw: bool = False,
+) -> list[list[str]]:
+    """Write the CSV torch's ``_load_csv`` reads (``format="compute_comms"`` when comms)."""
+    rows = comm_rows(inst, sched, fuse_bw=fuse_bw) if comms else compute_rows(
+        inst, sched, fuse_bw=fuse_bw)
+    with Path(path).open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return rows

@@ -1,0 +1,156 @@
+"""Timeline pictures: a Gantt chart (one row per device) with each device's memory curve below.
+
+Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend switch), so
+it works headless and from threads. The numbers in the title and on the memory panels are the
+simulator's. An executor table adds its SEND/RECV actions as ticks on the device rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zbsolve.instance import Instance
+from zbsolve.schedule import Schedule
+
+KIND_COLORS = {"F": "#3b7dd8", "I": "#e8833a", "W": "#4aa564", "B": "#8e5cc2"}
+KIND_LABELS = {"F": "F forward", "I": "I input backward", "W": "W weight backward",
+               "B": "B full backward"}
+SEND_COLOR, RECV_COLOR = "#222222", "#c0392b"
+
+
+def _shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
+    """Chunk 0 in the full colour, later chunks mixed towards white (up to 55%)."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    mix = 0.55 * chunk / max(chunks - 1, 1) if chunks > 1 else 0.0
+    return (r + (1 - r) * mix, g + (1 - g) * mix, b + (1 - b) * mix)
+
+
+def timeline_figure(
+    inst: Instance, sched: Schedule, *, table: Any = None, title: str | None = None,
+    width: float = 14.0, dpi: int = 120,
+):
+    """Build the Figure (Gantt on top, one memory panel per device below)."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch, Rectangle
+
+    from zbsolve.simulate import simulate
+
+    result = simulate(inst, sched)
+    p = inst.devices
+    ms = result.makespan
+    gantt_h = max(2.0, 0.42 * p + 0.8)
+    mem_h = 0.55
+    fig = Figure(figsize=(width, gantt_h + mem_h * p + 1.6), dpi=dpi)
+    # row 1 is an empty spacer that keeps the memory title clear of the Gantt chart
+    grid = fig.add_gridspec(p + 2, 1, height_ratios=[gantt_h, 0.2] + [mem_h] * p, hspace=0.12,
+                            left=0.07, right=0.985, top=1 - 0.75 / fig.get_figheight(),
+                            bottom=0.55 / fig.get_figheight())
+    ax = fig.add_subplot(grid[0])
+    bar_h = 0.8
+    axis_px = width * dpi * (0.985 - 0.07)
+    px_per_unit = axis_px / ms
+    fontsize = 7 if p <= 8 else 6
+    char_px = fontsize * dpi / 72 * 0.62
+    kinds_seen: set[str] = set()
+    for d, order in enumerate(sched.orders):
+        stages = inst.stages_of(d)
+        chunk_of = {s: c for c, s in enumerate(stages)}
+        y = p - 1 - d
+        for op in order:
+            t0, t1 = result.start[op], result.end[op]
+            kinds_seen.add(op.kind)
+            color = _shade(KIND_COLORS[op.kind], chunk_of[op.stage], len(stages))
+            ax.add_patch(Rectangle((t0, y - bar_h / 2), t1 - t0, bar_h, facecolor=color,
+                                   edgecolor="white", linewidth=0.4))
+            label = str(op.mb)
+            if (t1 - t0) * px_per_unit >= char_px * len(label) + 3:
+                lum = 0.299 * color[0] + 0.587 * color[1] + 0.114 * color[2]
+                ax.text((t0 + t1) / 2, y, label, ha="center", va="center", fontsize=fontsize,
+                        color="black" if lum > 0.6 else "white")
+    if table is not None:
+        for r, row in enumerate(table.actions):
+            y = p - 1 - r
+            sends = [a.start for a in row if a.is_send]
+            recvs = [a.end for a in row if a.is_recv]
+            ax.plot(sends, [y + bar_h / 2 + 0.06] * len(sends), linestyle="none", marker="v",
+                    markersize=3.2, color=SEND_COLOR, zorder=3)
+            ax.plot(recvs, [y - bar_h / 2 - 0.06] * len(recvs), linestyle="none", marker="^",
+                    markersize=3.2, color=RECV_COLOR, zorder=3)
+    ax.set_xlim(0, ms)
+    ax.set_ylim(-0.7, p - 0.3)
+    ax.set_yticks(range(p))
+    ax.set_yticklabels([f"device {d}" for d in reversed(range(p))], fontsize=8)
+    ax.tick_params(axis="x", labelbottom=False, labelsize=8)
+    ax.grid(axis="x", linestyle=":", linewidth=0.5, alpha=0.6)
+    handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in "FIWB"
+               if k in kinds_seen]
+    if inst.chunks > 1:
+        handles.append(Patch(facecolor=_shade("#777777", 1, 2), label="lighter = later chunk"))
+    if table is not None:
+        from matplotlib.lines import Line2D
+
+        handles += [
+            Line2D([], [], linestyle="none", marker="v", color=SEND_COLOR, label="SEND"),
+            Line2D([], [], linestyle="none", marker="^", color=RECV_COLOR, label="RECV done"),
+        ]
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(handles),
+              fontsize=8, frameon=False, borderaxespad=0.2)
+    head = title or f"{sched.name} on {inst.name} (p={p}, m={inst.m}, v={inst.v})"
+    fig.suptitle(
+        f"{head}\nmakespan {ms:.4g}, bubble {result.bubble_makespan:.1%} (makespan) / "
+        f"{result.bubble_span:.1%} (span), peak memory max {max(result.peak_memory):.4g}"
+        + ("" if result.feasible else "  - OVER THE MEMORY LIMIT"),
+        fontsize=10, y=1 - 0.08 / fig.get_figheight(), va="top",
+    )
+
+    top = max(
+        max(result.peak_memory),
+        max((x for x in result.limit if x is not None), default=0.0),
+    ) * 1.15 or 1.0
+    for d in range(p):
+        mx = fig.add_subplot(grid[d + 2], sharex=ax)
+        curve = result.memory_curve[d] + [(ms, result.memory_curve[d][-1][1])]
+        mx.step([t for t, _ in curve], [v for _, v in curve], where="post", linewidth=1.0,
+                color="#333333")
+        mx.fill_between([t for t, _ in curve], [v for _, v in curve], step="post",
+                        color="#999999", alpha=0.25)
+        limit = result.limit[d]
+        over = limit is not None and result.peak_memory[d] > limit + 1e-9
+        if limit is not None:
+            mx.axhline(limit, linestyle="--", linewidth=0.9, color="#c0392b")
+        mx.set_ylim(0, top)
+        mx.set_yticks([])
+        label = f"d{d} {result.peak_memory[d]:.3g}" + (
+            f"/{limit:.3g}" if limit is not None else "")
+        mx.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center",
+                      color="#c0392b" if over else "#333333")
+        mx.tick_params(axis="x", labelbottom=d == p - 1, labelsize=8)
+        mx.grid(axis="x", linestyle=":", linewidth=0.5, alpha=0.6)
+        if d == 0:
+            mx.set_title("memory per device (peak/limit; dashed = limit)", fontsize=8,
+                         loc="left", pad=2)
+    fig.axes[-1].set_xlabel("time", fontsize=8)
+    return fig
+
+
+def save_timeline(
+    inst: Instance, sched: Schedule, path: str | Path, *, table: Any = None,
+    title: str | None = None, svg: bool = False,
+) -> list[Path]:
+    """Write the PNG (and an SVG with the same stem when ``svg``); returns the paths written."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = timeline_figure(inst, sched, table=table, title=title)
+    FigureCanvasAgg(fig)
+    written = [path]
+    fig.savefig(path)
+    if svg and path.suffix.lower() != ".svg":
+        svg_path = path.with_suffix(".svg")
+        fig.savefig(svg_path)
+        written.append(svg_path)
+    return written
