@@ -431,3 +431,27 @@ def test_cli_check_reads_the_torch_dualpipev_csv(capsys):
     assert main(["check", str(DUALPIPEV_INST), str(DUALPIPEV_CSV), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["makespan"] == 63.0 and out["valid"] is True
+
+
+def test_export_path_never_imports_torch(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import zbsolve.export.executor, zbsolve.export.p2p_check, zbsolve.export.torch_csv\n"
+        "import zbsolve.export.chrome_trace, zbsolve.plot, zbsolve.cli.export, zbsolve.cli.show\n"
+        "from zbsolve.cli import main\n"
+        "main(['export', sys.argv[1], '--instance', sys.argv[2], '--format', 'torch-csv-comms',"
+        " '-o', sys.argv[3]])\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    tmp = tmp_path
+    inst = load_instance(ROOT / "instances" / "seed" / "teaching-p4-m8.yaml")
+    generate("1f1b", inst).dump(tmp / "s.json")
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp / "s.json"),
+         str(ROOT / "instances" / "seed" / "teaching-p4-m8.yaml"), str(tmp / "o.csv")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp / "o.csv").exists()

@@ -1,0 +1,109 @@
+"""Timeline pictures: what is drawn (bars, labels, memory panels, P2P ticks) and the show CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zbsolve.baselines import generate
+from zbsolve.export.executor import lower
+from zbsolve.instance import load_instance
+from zbsolve.plot import KIND_COLORS, save_timeline, timeline_figure
+from zbsolve.simulate import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+P8 = ROOT / "instances" / "gpt-1.5b-p8-m24.yaml"
+P4 = ROOT / "instances" / "seed" / "teaching-p4-m8.yaml"
+
+
+def _bars(fig):
+    from matplotlib.patches import Rectangle
+
+    gantt = fig.axes[0]
+    return [p for p in gantt.patches if isinstance(p, Rectangle)]
+
+
+def test_gantt_has_one_bar_per_op_and_readable_labels():
+    inst = load_instance(P4)
+    sched = generate("1f1b", inst)
+    fig = timeline_figure(inst, sched)
+    bars = _bars(fig)
+    assert len(bars) == len(sched) == 2 * inst.devices * inst.microbatches
+    sim = simulate(inst, sched)
+    # device 0 is the top row (y = p-1); its first bar is 0F0 at t = 0, width F
+    first = min((b for b in bars if abs(b.get_y() + 0.4 - (inst.devices - 1)) < 1e-9),
+                key=lambda b: b.get_x())
+    assert (first.get_x(), first.get_width()) == (0.0, 1.0)
+    colors = {tuple(round(c, 3) for c in b.get_facecolor()[:3]) for b in bars}
+    assert len(colors) == 2  # F and B, one chunk
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert len(labels) == len(sched)  # p=4, m=8: every bar is wide enough for its label
+    assert sorted(labels) == sorted(str(op.mb) for order in sched.orders for op in order)
+    title = fig._suptitle.get_text()
+    assert f"makespan {sim.makespan:.4g}" in title and "27.3%" in title
+    assert len(fig.axes) == 1 + inst.devices  # Gantt + one memory panel per device
+
+
+def test_memory_panels_show_the_limit_and_the_peak():
+    inst = load_instance(P8)
+    sched = generate("zb-h1", inst)
+    fig = timeline_figure(inst, sched)
+    sim = simulate(inst, sched)
+    for d, ax in enumerate(fig.axes[1:]):
+        dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+        assert len(dashed) == 1 and dashed[0].get_ydata()[0] == inst.limit[d]
+        assert ax.get_ylabel() == f"d{d} {sim.peak_memory[d]:.3g}/{inst.limit[d]:.3g}"
+
+
+def test_executor_table_adds_send_and_receive_ticks():
+    inst = load_instance(P4).with_(comm=0.2)
+    sched = generate("1f1b", inst)
+    table = lower(inst, sched)
+    fig = timeline_figure(inst, sched, table=table)
+    sends = sum(len(ln.get_xdata()) for ln in fig.axes[0].lines if ln.get_marker() == "v")
+    recvs = sum(len(ln.get_xdata()) for ln in fig.axes[0].lines if ln.get_marker() == "^")
+    n = 2 * inst.microbatches * (inst.devices - 1)
+    assert sends == recvs == n
+
+
+def test_chunk_shades_differ():
+    inst = load_instance(ROOT / "instances" / "seed" / "teaching-p4-m8-v2.yaml")
+    sched = generate("1f1b-interleaved", inst)
+    bars = _bars(timeline_figure(inst, sched))
+    colors = {tuple(round(c, 3) for c in b.get_facecolor()[:3]) for b in bars}
+    assert len(colors) == 4  # F and B, two chunks each
+    assert len(KIND_COLORS) == 4
+
+
+@pytest.mark.parametrize("path", [P4, P8])
+def test_png_size(tmp_path, path):
+    from matplotlib.image import imread
+
+    inst = load_instance(path)
+    out = save_timeline(inst, generate("1f1b", inst), tmp_path / "t.png")
+    img = imread(out[0])
+    height = 120 * (max(2.0, 0.42 * inst.devices + 0.8) + 0.55 * inst.devices + 1.6)
+    assert img.shape[1] == 14 * 120 and abs(img.shape[0] - height) <= 1
+
+
+def test_show_cli(tmp_path, capsys):
+    from zbsolve.cli import main
+
+    inst = load_instance(P4)
+    sched_path = tmp_path / "s.json"
+    generate("1f1b", inst).dump(sched_path)
+    out = tmp_path / "pics" / "timeline.png"
+    assert main(["show", str(P4), str(sched_path), "-o", str(out), "--svg"]) == 0
+    assert out.stat().st_size > 10_000 and out.with_suffix(".svg").exists()
+    assert f"wrote {out}" in capsys.readouterr().out
+    table_path = tmp_path / "t.json"
+    assert main(["export", str(sched_path), "--instance", str(P4), "--format", "executor",
+                 "-o", str(table_path)]) == 0
+    assert main(["show", str(P4), str(table_path), "-o", str(tmp_path / "table.png")]) == 0
+    other = tmp_path / "v.yaml"
+    other.write_text("devices: 4\nmicrobatches: 8\nchunks: 2\nplacement: v\n"
+                     "times: {F: 1, I: 1, W: 1}\n")
+    capsys.readouterr()
+    assert main(["show", str(other), str(table_path), "-o", str(tmp_path / "x.png")]) == 2
+    assert "placement" in capsys.readouterr().err
