@@ -62,7 +62,7 @@ def serial(inst: Instance) -> Schedule:
     return Schedule(orders, name="serial")
 
 
-def reference_solve(inst: Instance, params: SolverParams) -> CaseOutcome:
+def reference_solve(inst: Instance, params: SolverParams, hints=()) -> CaseOutcome:
     need = [sum(inst.activation[s] for s in inst.stages_of(d)) for d in range(inst.devices)]
     if any(lim is not None and lim < n for lim, n in zip(inst.limit, need)):
         raise _Infeasible(need)
@@ -211,7 +211,7 @@ def test_rerun_hits_the_cache_and_refined_sweep_reuses(tmp_path):
 def test_interrupted_sweep_keeps_what_finished(tmp_path):
     calls = []
 
-    def stops_on_third(inst, params):
+    def stops_on_third(inst, params, hints):
         calls.append(inst.limit[0])
         if len(calls) == 3:
             raise KeyboardInterrupt
@@ -226,8 +226,25 @@ def test_interrupted_sweep_keeps_what_finished(tmp_path):
     assert resumed.stats["cached"] == 2 and resumed.stats["solved"] == 4
 
 
+def test_each_case_is_hinted_with_the_best_finished_schedule_that_fits(tmp_path):
+    seen: dict[float, list[str]] = {}
+
+    def recording(inst, params, hints):
+        seen[inst.limit[0]] = [h.name for h in hints]
+        for h in hints:
+            validate(inst, h)  # a hint always fits the case it is given to
+        return reference_solve(inst, params)
+
+    sweep(tmp_path, limits="0.5,1,1.5", solve_fn=recording)
+    # 1.5: nothing finished yet; 3.0: the serial order from 1.5; 4.5: zb-h1's from 3.0
+    assert seen == {1.5: [], 3.0: ["sweep@1.5"], 4.5: ["sweep@3"]}
+    seen.clear()
+    sweep(tmp_path, limits="0.5,0.75,1,1.5", solve_fn=recording)  # refined: the cache hints
+    assert seen == {2.25: ["sweep@1.5"]}
+
+
 def test_a_crashing_case_is_reported_not_cached(tmp_path):
-    def broken(inst, params):
+    def broken(inst, params, hints):
         if inst.limit[0] == 3.0:
             raise RuntimeError("solver blew up")
         return reference_solve(inst, params)
@@ -240,7 +257,7 @@ def test_a_crashing_case_is_reported_not_cached(tmp_path):
 
 
 def test_a_wrong_schedule_from_the_solver_is_caught(tmp_path):
-    def over_limit(inst, params):
+    def over_limit(inst, params, hints):
         return CaseOutcome(evaluate_all(inst, ("gpipe",))[0].schedule, "optimal")
 
     t = sweep(tmp_path, limits="1.0", solve_fn=over_limit).table

@@ -18,17 +18,22 @@ from zbsolve.sweep.front import envelope, metric_columns
 _MARKERS = "osD^v<>PX*hp"
 
 
-def plot_sweep(result, path: str | Path) -> Path:
-    """Draw ``result`` (a SweepResult) to ``path`` (format from the suffix: .png, .svg, ...)."""
-    import matplotlib
+def sweep_figure(result):
+    """The matplotlib Figure for ``result`` (a SweepResult).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Object API only (no pyplot): nothing global changes, so it is safe inside a notebook's
+    inline backend and in worker processes.
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     table = result.table
     step, _ = metric_columns(result.objective)
-    fig, ax = plt.subplots(figsize=(9.5, 5.8), constrained_layout=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig = Figure(figsize=(9.5, 5.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     solved = table[(table["source"] == "solver") & table[step].notna()]
     hand = table[table["source"] == "hand-made"].drop_duplicates(["layout", "schedule"])
     x_max = float(np.nanmax(table["limit"])) if len(table) else 1.0
@@ -79,7 +84,11 @@ def plot_sweep(result, path: str | Path) -> Path:
                  fontsize=10)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    return fig
+
+
+def plot_sweep(result, path: str | Path) -> Path:
+    """Draw ``result`` to ``path`` (format from the suffix: .png, .svg, ...)."""
     path = Path(path)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    sweep_figure(result).savefig(path, dpi=130)
     return path

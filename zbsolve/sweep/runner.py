@@ -6,6 +6,12 @@ building does not, so threads would not help). Each worker writes its case's cac
 moment the case is done, which is what lets an interrupted sweep keep its finished work.
 Hand-made schedules do not depend on the limit, so each layout's are generated once here and
 listed under every limit they fit.
+
+Hints chain the cases of one layout: a schedule found for one limit is feasible under every limit
+at or above its peak, so each case is handed the best finished schedule of its layout that fits
+(from this run or the cache) as a CP-SAT hint, and the solver never returns anything worse than
+its hint. Cases run in ascending limit order, so with ``--jobs 1`` a sweep is deterministic and
+its per-limit results are monotone; with more jobs a case gets what has finished when it starts.
 """
 
 from __future__ import annotations
@@ -74,17 +80,20 @@ class CaseOutcome:
     hint: str | None = None
 
 
-SolveFn = Callable[[Instance, SolverParams], CaseOutcome]
+SolveFn = Callable[[Instance, SolverParams, list[Schedule]], CaseOutcome]
+"""(instance with its limit, parameters, hint schedules that fit) -> outcome; raises an
+InstanceError with ``.min_limit`` when the limit is below what any schedule needs."""
 
 
-def solve_with_zbsolve(inst: Instance, params: SolverParams) -> CaseOutcome:
+def solve_with_zbsolve(inst: Instance, params: SolverParams, hints: list[Schedule]
+                       ) -> CaseOutcome:
     """The default solve function: zbsolve's CP-SAT solver, quiet."""
     from zbsolve.solver import SolveOptions, solve
 
     res = solve(inst, SolveOptions(
         time_limit=params.time_limit, gap=params.gap, workers=params.workers, seed=params.seed,
         objective=params.objective, method=params.method, progress=False,
-    ))
+    ), hints=hints)
     return CaseOutcome(
         schedule=res.schedule, status=str(res.status), gap=_num(res.gap),
         lower_bound=_num(res.lower_bound), solve_time=_num(res.solve_time),
@@ -153,15 +162,18 @@ def build_cases(inst: Instance, config: SweepConfig) -> tuple[list[Case], float 
     return cases, ref
 
 
-def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveFn
-             ) -> dict[str, Any]:
-    """Solve one case and cache it; an infeasible limit is an answer (cached), a crash is not."""
+def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveFn,
+             hints: list[Schedule] | None = None) -> tuple[dict[str, Any], Schedule | None]:
+    """Solve one case and cache it; an infeasible limit is an answer (cached), a crash is not.
+
+    Returns the table row and the schedule (None when there is none).
+    """
     global SOLVER_CALLS
     SOLVER_CALLS += 1
     row = _case_row(case)
     schedule = None
     try:
-        outcome = solve_fn(case.inst, params)
+        outcome = solve_fn(case.inst, params, list(hints or []))
         sim = validate(case.inst, outcome.schedule)  # the simulator's figures, and a re-check
     except InstanceError as exc:
         min_limit = getattr(exc, "min_limit", None)
@@ -174,7 +186,7 @@ def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveF
         raise
     except Exception as exc:  # recorded, reported, never cached: a rerun tries again
         row.update(status="error", note=f"{type(exc).__name__}: {exc}")
-        return row
+        return row, None
     else:
         schedule = outcome.schedule
         row.update(
@@ -186,7 +198,7 @@ def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveF
     cache.write_atomic(cache_dir, case.key, {
         "row": row, "schedule": schedule.to_dict() if schedule is not None else None,
     })
-    return row
+    return row, schedule
 
 
 def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = None
@@ -200,10 +212,13 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
     cache_dir = out_dir / "cache"
     rows: dict[str, dict[str, Any]] = {}
     todo: dict[str, Case] = {}
+    pool = HintPool(config.params.objective)
     for case in cases:
         hit = cache.read(cache_dir, case.key)
         if hit is not None:
             rows[case.key] = {**hit["row"], **_case_row(case, cached=True)}
+            if hit.get("schedule"):
+                pool.add(case.layout, rows[case.key], Schedule.from_dict(hit["schedule"]))
         else:
             todo.setdefault(case.key, case)
     if config.jobs * config.params.workers > (os.cpu_count() or 1):
@@ -212,7 +227,8 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
               file=sys.stderr)
     interrupted = False
     try:
-        _solve_all(list(todo.values()), config, cache_dir, solve_fn, rows, len(cases) - len(todo))
+        _solve_all(list(todo.values()), config, cache_dir, solve_fn, rows, pool,
+                   len(cases) - len(todo))
     except KeyboardInterrupt:
         interrupted = True
     table = _table(inst, cases, rows, ref, config.params.objective)
@@ -233,15 +249,38 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
     return result
 
 
+class HintPool:
+    """Finished schedules per layout, to hint later cases with the best one that fits."""
+
+    def __init__(self, objective: str):
+        self.step, _ = metric_columns(objective)
+        self.found: dict[Layout, list[tuple[float, float, Schedule]]] = {}
+
+    def add(self, layout: Layout, row: dict[str, Any], schedule: Schedule) -> None:
+        value = row.get(self.step)
+        if value is None or not math.isfinite(value):
+            return
+        named = Schedule(schedule.orders, name=f"sweep@{row['limit']:g}")
+        self.found.setdefault(layout, []).append((row["peak"], value, named))
+
+    def hints_for(self, case: Case) -> list[Schedule]:
+        fits = [(v, pk, s) for pk, v, s in self.found.get(case.layout, [])
+                if pk <= case.limit + EPS]
+        return [min(fits, key=lambda t: (t[0], t[1]))[2]] if fits else []
+
+
 def _solve_all(todo: list[Case], config: SweepConfig, cache_dir: Path, solve_fn: SolveFn,
-               rows: dict[str, dict[str, Any]], done_already: int) -> None:
+               rows: dict[str, dict[str, Any]], hints: HintPool, done_already: int) -> None:
     from tqdm import tqdm
 
+    todo = sorted(todo, key=lambda c: (c.layout, c.limit))  # smaller limits hint larger ones
     total = done_already + len(todo)
     with tqdm(total=total, initial=done_already, desc="sweep", unit="case", file=sys.stderr,
               disable=not config.progress, dynamic_ncols=True) as bar:
-        def finish(row: dict[str, Any], key: str) -> None:
-            rows[key] = row
+        def finish(case: Case, row: dict[str, Any], schedule: Schedule | None) -> None:
+            rows[case.key] = row
+            if schedule is not None:
+                hints.add(case.layout, row, schedule)
             if row["status"] == "error":
                 bar.write(f"zbsolve sweep: {row['layout']} limit {row['limit']:g}: {row['note']}",
                           file=sys.stderr)
@@ -249,19 +288,26 @@ def _solve_all(todo: list[Case], config: SweepConfig, cache_dir: Path, solve_fn:
 
         if config.jobs == 1:
             for case in todo:
-                finish(run_case(case, config.params, cache_dir, solve_fn), case.key)
+                finish(case, *run_case(case, config.params, cache_dir, solve_fn,
+                                       hints.hints_for(case)))
             return
-        # spawn, not fork: the parent may hold threads (tqdm's monitor, CP-SAT's pools)
+        # spawn, not fork: the parent may hold threads (tqdm's monitor, CP-SAT's pools).
+        # Cases are submitted one per free slot, so each starts with the hints finished by then.
         ctx = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(max_workers=config.jobs, mp_context=ctx)
+        queue = list(todo)
+        pending: dict[Any, Case] = {}
         try:
-            pending = {pool.submit(run_case, c, config.params, cache_dir, solve_fn): c
-                       for c in todo}
-            while pending:
+            while queue or pending:
+                while queue and len(pending) < config.jobs:
+                    case = queue.pop(0)
+                    fut = pool.submit(run_case, case, config.params, cache_dir, solve_fn,
+                                      hints.hints_for(case))
+                    pending[fut] = case
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     case = pending.pop(fut)
-                    finish(fut.result(), case.key)
+                    finish(case, *fut.result())
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
