@@ -186,7 +186,10 @@ def solve(inst: Instance, options: SolveOptions | None = None,
                 raise
             info["note"] = "zbsolve.solver.large is not available; ran the exact model"
             method = info["method"] = "exact"
-    if remaining <= 0:
+    proven = rel_gap(objective_of(inc.sim, objective), analytic) <= TOL
+    if proven:
+        info["note"] = "the hint meets the analytic lower bound: optimal, solver not run"
+    elif remaining <= 0:
         info["note"] = "no time left after the hand-made schedules; solver not run"
     elif method == "large":
         sub = dataclasses.replace(options, time_limit=remaining)
@@ -202,7 +205,10 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     value = objective_of(chosen.sim, objective)
     lower = min(max(analytic, cp_bound if cp_bound is not None else -math.inf), value)
     gap = rel_gap(value, lower)
-    status = "fallback" if found is None else ("optimal" if gap <= TOL else "feasible")
+    if gap <= TOL and (found is not None or proven):
+        status = "optimal"
+    else:
+        status = "fallback" if found is None else "feasible"
     elapsed = time.perf_counter() - t0
     progress.note(value, lower, f"{status} ({source})")
 

@@ -194,6 +194,50 @@ def device_span_bounds(inst: Instance) -> list[float]:
     return out
 
 
+def memory_end_bounds(inst: Instance) -> list[float | None]:
+    """Per one-stage device: a lower bound on the end of its last op that uses its memory.
+
+    Device d runs stage s only; L = how many microbatches can be in flight (F started, I not
+    ended), R = the round trip F(s, j) start -> I(s, j) end, T = F + I + W of s.
+    - Start: no I can start before h_I = head of I(s, 0); before that only forwards run, and at
+      most L of them (F(s, L) waits for I(s, 0) to end): at most X = min(L F, h_I - h_F) work.
+    - End: when F(s, m-1) starts, n microbatches are in flight and k wait for W, with
+      n A + k w <= limit; at most Y = F + n I + (n + k) W work remains for after, and the chain
+      needs R + W after that start.
+    Hence end >= h_I + (m T - X - Y) + max(R + W, Y) (valid when m > L, so the two windows
+    hold different ops; in microbatch order, which loses nothing: module docstring).
+    ``None`` for devices with several stages or where the argument does not apply.
+    """
+    out: list[float | None] = []
+    m = inst.microbatches
+    for d in range(inst.devices):
+        stages = inst.stages_of(d)
+        if len(stages) != 1 or inst.limit[d] is None:
+            out.append(None)
+            continue
+        (s,) = stages
+        limit, a, w = inst.limit[d], inst.activation[s], inst.weight[s]
+        L = int(limit / a + 1e-9)
+        if L >= m:
+            out.append(None)
+            continue
+        ht = heads_tails(inst, ordered=False, source=Op("F", s, 0))
+        h_f = heads_tails(inst, ordered=False).head[Op("F", s, 0)]
+        F, I, W = inst.F[s], inst.I[s], inst.W[s]
+        round_trip = ht.head[Op("I", s, 0)] + I
+        h_i = h_f + ht.head[Op("I", s, 0)]
+        x = min(L * F, h_i - h_f)
+        best_y = 0.0
+        for n in range(1, L + 1):
+            room = limit - n * a
+            k = m - n if w <= 0 else min(m - n, int(room / w + 1e-9))
+            best_y = max(best_y, n * I + (n + k) * W)
+        y = F + best_y
+        T = F + I + W
+        out.append(h_i + (m * T - x - y) + max(round_trip + W, y))
+    return out
+
+
 def critical_path(inst: Instance) -> float:
     """Longest chain of one microbatch (unlimited devices, no resource conflicts)."""
     ht = heads_tails(inst, ordered=False)
@@ -202,8 +246,14 @@ def critical_path(inst: Instance) -> float:
 
 def analytic_bound(inst: Instance, objective: str = "makespan") -> float:
     """A lower bound on the optimum without CP-SAT, for ``makespan`` or ``span``."""
+    mem = memory_end_bounds(inst)
     if objective == "makespan":
-        return max(max(device_makespan_bounds(inst)), critical_path(inst))
+        return max(max(device_makespan_bounds(inst)), critical_path(inst),
+                   max((b for b in mem if b is not None), default=0.0))
     if objective == "span":
-        return max(device_span_bounds(inst))
+        # spans start at the device's first forward, pinned to its head (see api.py)
+        heads = heads_tails(inst, ordered=False).head
+        firsts = [heads[Op("F", min(inst.stages_of(d)), 0)] for d in range(inst.devices)]
+        return max(max(device_span_bounds(inst)),
+                   max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0))
     raise ValueError(f"objective: expected 'makespan' or 'span', got {objective!r}")

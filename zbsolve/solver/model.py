@@ -273,6 +273,8 @@ def build_model(
             model.add(f == int(ht.head[lead]))
         if redundant:
             model.add(e >= f + int(si.device_work(d)))
+        if symmetry:
+            _add_memory_precedences(model, si, d, start, dur)
         first.append(f)
         last.append(e)
         _add_memory(model, si, d, dev_ops, start, dur, horizon, memory_model)
@@ -345,3 +347,34 @@ def _add_memory(
             intervals.append(model.new_interval_var(start[op], size, end, f"mem{kind}{op}"))
             demands.append(demand)
     model.add_cumulative(intervals, demands, cap)
+
+
+def in_flight_caps(inst: Instance, d: int) -> dict[int, int]:
+    """Per stage s of device d: L such that F(s, j+L) cannot start before I(s, j) has ended.
+
+    In microbatch order, if I(s, j) has not ended when F(s, j+L) starts, then for every
+    microbatch j..j+L the activations of s and of all lower stages of d are alive (their
+    forwards have started, their input backwards wait on I(s, .)), so the device holds at least
+    (L+1) * A_s, A_s = sum of activation[s'] over stages s' <= s of d. That exceeds the limit
+    for L = floor(limit / A_s). Only the stages where this leaves L < m are returned.
+    """
+    limit = inst.limit[d]
+    if limit is None:
+        return {}
+    out = {}
+    stages = sorted(inst.stages_of(d))
+    for s in stages:
+        need = sum(inst.activation[t] for t in stages if t <= s)
+        cap = int(math.floor(limit / need + 1e-9))
+        if cap < inst.microbatches:
+            out[s] = cap
+    return out
+
+
+def _add_memory_precedences(model: cp_model.CpModel, si: Instance, d: int,
+                            start: dict[Op, cp_model.IntVar], dur: dict[Op, int]) -> None:
+    """Redundant precedences implied by memory (valid with the microbatch-order symmetry)."""
+    for s, cap in in_flight_caps(si, d).items():
+        for j in range(si.microbatches - cap):
+            i_op = Op("I", s, j)
+            model.add(start[Op("F", s, j + cap)] >= start[i_op] + dur[i_op])
