@@ -21,6 +21,7 @@ from zbsolve.sweep.runner import (
     SolverParams,
     SweepConfig,
     SweepResult,
+    evaluate_baselines,
     run_case,
     run_sweep,
     solve_with_zbsolve,
@@ -28,7 +29,8 @@ from zbsolve.sweep.runner import (
 
 __all__ = [
     "Case", "CaseOutcome", "Layout", "SolverParams", "SweepConfig", "SweepResult",
-    "best_bubble_under_memory", "envelope", "layouts_for", "metric_columns", "pareto_flags",
+    "best_bubble_under_memory", "envelope", "evaluate_baselines", "layouts_for",
+    "metric_columns", "pareto_flags",
     "parse_int_list", "parse_limits", "reference_peak", "relayout", "run_case", "run_sweep",
     "smallest_memory_for_bubble", "solve_with_zbsolve",
 ]

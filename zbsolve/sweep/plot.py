@@ -39,6 +39,7 @@ def sweep_figure(result):
     x_max = float(np.nanmax(table["limit"])) if len(table) else 1.0
     x_max = max(x_max, float(np.nanmax(table["peak"])) if table["peak"].notna().any() else 0.0)
 
+    labels: list[tuple[float, float, str, str]] = []
     for k, layout in enumerate(sorted(table["layout"].unique())):
         color = colors[k % len(colors)]
         pts = solved[solved["layout"] == layout]
@@ -50,9 +51,9 @@ def sweep_figure(result):
         for j, (_, row) in enumerate(hand[hand["layout"] == layout].iterrows()):
             ax.plot(row["peak"], row[step], _MARKERS[j % len(_MARKERS)], color=color, ms=8,
                     mfc="white", mew=1.6)
-            ax.annotate(row["schedule"], (row["peak"], row[step]), textcoords="offset points",
-                        xytext=(6, 4), fontsize=8, color=color)
+            labels.append((row["peak"], row[step], row["schedule"], color))
 
+    _label(ax, labels)
     need = table["min_limit"].dropna()
     if not need.empty:
         lo = float(need.max())
@@ -92,3 +93,19 @@ def plot_sweep(result, path: str | Path) -> Path:
     path = Path(path)
     sweep_figure(result).savefig(path, dpi=130)
     return path
+
+
+def _label(ax, labels: list[tuple[float, float, str, str]]) -> None:
+    """Name each hand-made marker, stacking the names of markers that sit close together."""
+    if not labels:
+        return
+    xs = [x for x, *_ in labels]
+    ys = [y for _, y, *_ in labels]
+    xr = (max(xs) - min(xs)) or 1.0
+    yr = (max(ys) - min(ys)) or 1.0
+    placed: list[tuple[float, float]] = []
+    for x, y, name, color in sorted(labels, key=lambda t: (t[0], t[1])):
+        near = sum(1 for px, py in placed if abs(px - x) / xr < 0.08 and abs(py - y) / yr < 0.06)
+        placed.append((x, y))
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(7, -3 + 10 * near),
+                    fontsize=8, color=color)
