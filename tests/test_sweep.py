@@ -343,3 +343,25 @@ def test_real_solver_sweep(tmp_path):
     calls = runner.SOLVER_CALLS
     sweep(tmp_path, limits="0.25,0.5,1,1.5", params=params, solve_fn=None)
     assert runner.SOLVER_CALLS == calls
+
+
+def test_cli_absolute_limits_and_memory(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "solve_with_zbsolve", reference_solve)
+    path = tmp_path / "tiny.yaml"
+    tiny().dump(path)
+    argv = ["sweep", str(path), "--limits", "1,3", "--absolute", "-o", str(tmp_path / "o"),
+            "--no-progress", "--no-plot", "--memory", "2", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memory"]["memory"] == 2.0 and data["memory"]["row"]["peak"] == 1.0
+    t = pd.read_csv(tmp_path / "o" / "pareto.csv")
+    assert sorted(t["limit"].unique()) == [1.0, 3.0] and t["limit_fraction"].isna().all()
+    assert t["peak_fraction"].dropna().tolist()[0] == pytest.approx(1 / 3)
+    assert not (tmp_path / "o" / "pareto.png").exists()
+
+
+def test_explicit_placement_cannot_be_recut():
+    inst = make_instance(p=2, m=2, v=2, placement=[0, 1, 1, 0])
+    assert layouts_for(inst, None, None) == [Layout(2, "explicit")]
+    with pytest.raises(InstanceError, match="explicit placement, so --chunks/--placements"):
+        layouts_for(inst, [1], None)
