@@ -1,0 +1,133 @@
+"""Starting the ranks: spawn them locally, or join the ones torchrun started.
+
+Locally, ``run_jobs`` spawns one process per rank (torch.multiprocessing), each runs every job
+of the list in one process group (start-up is paid once), rank 0 writes each report to a temp
+file the parent reads back. If any rank raises, ``torch.multiprocessing`` terminates the others
+and the parent raises :class:`RankFailed` with that rank's error: no hang. Under torchrun
+(RANK and WORLD_SIZE in the environment) the process joins the group torchrun describes, so the
+same command runs unchanged on several nodes; a failing rank makes torchrun stop the others.
+
+Timeouts: the process group gets ``timeout_s`` (every collective and P2P is bounded), and every
+P2P wait is bounded too (:mod:`zbsolve.runtime.p2p`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import tempfile
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from zbsolve.runtime.runner import Job, RankContext, RunOptions, run_job
+
+
+class RankFailed(RuntimeError):
+    """A rank raised; the message starts with the rank and its error."""
+
+
+def in_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _device_for(rank: int, opts: RunOptions) -> torch.device:
+    if opts.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("--device cuda asked for, but torch sees no CUDA device")
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if opts.backend == "nccl":
+        index = local % torch.cuda.device_count()
+    else:  # gloo on GPUs: share them round-robin (one GPU: all ranks on cuda:0)
+        index = local % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def _init(rank: int, world: int, opts: RunOptions) -> torch.device:
+    if opts.backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend: expected gloo or nccl, got {opts.backend!r}")
+    if opts.backend == "nccl" and opts.device != "cuda":
+        raise ValueError("backend nccl needs --device cuda (NCCL moves GPU tensors only)")
+    torch.set_num_threads(opts.threads)
+    device = _device_for(rank, opts)
+    kwargs: dict[str, Any] = {}
+    if opts.backend == "nccl":
+        kwargs["device_id"] = device
+    dist.init_process_group(opts.backend, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=opts.timeout_s), **kwargs)
+    dist.barrier()  # first collective with every rank (NCCL: builds the communicator)
+    return device
+
+
+def run_rank(rank: int, world: int, jobs: list[Job], opts: RunOptions) -> list[dict | None]:
+    """Body of one rank (after the environment is set): all jobs in one process group."""
+    device = _init(rank, world, opts)
+    try:
+        ctx = RankContext(rank, world, device, opts)
+        return [run_job(ctx, job) for job in jobs]
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawned(rank: int, world: int, jobs: list[Job], opts: RunOptions, port: int,
+             out_dir: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    try:
+        reports = run_rank(rank, world, jobs, opts)
+    except BaseException as exc:
+        # the parent prints this (torch.multiprocessing shows only the traceback)
+        Path(out_dir, f"error-{rank}.txt").write_text(
+            f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        raise
+    if rank == 0:
+        Path(out_dir, "reports.json").write_text(json.dumps(reports))
+
+
+def run_jobs(jobs: list[Job], world: int, opts: RunOptions) -> list[dict[str, Any]]:
+    """Run the jobs on ``world`` ranks; returns rank 0's reports (one per job).
+
+    Under torchrun: this process is one rank; ranks other than 0 return [].
+    """
+    if in_torchrun():
+        env_world = int(os.environ["WORLD_SIZE"])
+        if env_world != world:
+            raise RuntimeError(f"torchrun started {env_world} ranks but the table needs {world}")
+        reports = run_rank(int(os.environ["RANK"]), env_world, jobs, opts)
+        return [r for r in reports if r is not None]
+    import torch.multiprocessing as mp
+
+    pickle.dumps((jobs, opts))  # fail here, not in a child, if something cannot travel
+    with tempfile.TemporaryDirectory(prefix="zbsolve-run-") as out_dir:
+        try:
+            mp.start_processes(_spawned, args=(world, jobs, opts, _free_port(), out_dir),
+                               nprocs=world, join=True, start_method="spawn")
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            rank = getattr(exc, "error_index", None)
+            first = _first_error(out_dir, rank, str(exc))
+            others = [f"rank {r}: {_first_error(out_dir, r, '')}" for r in range(world)
+                      if r != rank and Path(out_dir, f"error-{r}.txt").exists()]
+            more = f" (also {'; '.join(others)})" if others else ""
+            raise RankFailed(f"rank {rank} failed: {first}{more}") from None
+        return json.loads(Path(out_dir, "reports.json").read_text())
+
+
+def _first_error(out_dir: str, rank: int | None, launcher_says: str) -> str:
+    path = Path(out_dir, f"error-{rank}.txt")
+    if path.exists():
+        return path.read_text().splitlines()[0]
+    return f"exited without a Python error (killed, or crashed in native code): {launcher_says}"

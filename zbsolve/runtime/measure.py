@@ -1,0 +1,145 @@
+"""Measured timelines: per-action clocks on each rank, and what rank 0 makes of them.
+
+Each rank stamps every action of its program (perf_counter on CPU, CUDA events on GPU, so GPU
+time is device time, not launch time), relative to its own step start taken right after a
+barrier. Rank 0 gathers the stamps and reports, per op kind, the mean measured time and the
+measured / predicted ratio, the step time, and a Perfetto trace that shows the measured and the
+predicted timelines side by side.
+
+Predicted times are in the instance's unit (ms for profiled instances, abstract units for the
+teaching ones), so two ratios are given: ``raw`` (measured ms / predicted units: meaningful
+when the instance was profiled in ms on this machine) and ``calibrated`` (after scaling the
+prediction so its total compute equals the measured total compute: says whether the *shape*
+of the timeline, i.e. the relative costs and the bubbles, was predicted right).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+KINDS = ("F", "I", "W", "B")
+
+
+class Clock:
+    """Stamps on the device's own timeline; resolved to ms relative to ``begin()``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._origin: Any = None
+
+    def mark(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def begin(self) -> None:
+        self._origin = self.mark()
+
+    def ms(self, stamp: Any) -> float:
+        """Milliseconds since ``begin()`` (CUDA: call after a synchronize)."""
+        if self.cuda:
+            return float(self._origin.elapsed_time(stamp))
+        return (stamp - self._origin) * 1e3
+
+
+@dataclass
+class Timing:
+    """One executed action of one rank in one step."""
+
+    rank: int
+    step: int
+    index: int  # position in the rank's action list
+    kind: str  # F I W B SEND_F RECV_F SEND_B RECV_B, or WAIT (waiting for a received payload)
+    stage: int
+    mb: int
+    start_ms: float
+    end_ms: float
+    pred_start: float | None
+    pred_end: float | None
+
+    @property
+    def token(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(timings: list[Timing], step: int, predicted_makespan: float) -> dict[str, Any]:
+    """Per-kind means, step time and ratios for one step (usually the last, warmed-up one)."""
+    rows = [t for t in timings if t.step == step]
+    compute = [t for t in rows if t.kind in KINDS]
+    measured: dict[str, list[float]] = defaultdict(list)
+    predicted: dict[str, list[float]] = defaultdict(list)
+    for t in compute:
+        measured[t.kind].append(t.end_ms - t.start_ms)
+        predicted[t.kind].append((t.pred_end or 0.0) - (t.pred_start or 0.0))
+    step_ms = max((t.end_ms for t in rows), default=0.0)
+    total_measured = sum(sum(v) for v in measured.values())
+    total_predicted = sum(sum(v) for v in predicted.values())
+    unit_ms = total_measured / total_predicted if total_predicted > 0 else float("nan")
+
+    def mean(values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    per_kind = {k: mean(measured[k]) for k in KINDS if measured[k]}
+    if "I" in per_kind and "W" in per_kind:
+        per_kind["I+W"] = per_kind["I"] + per_kind["W"]
+    raw, calibrated = {}, {}
+    for k in KINDS:
+        if measured[k] and sum(predicted[k]) > 0:
+            raw[k] = sum(measured[k]) / sum(predicted[k])
+            calibrated[k] = raw[k] / unit_ms
+    if predicted_makespan > 0:
+        raw["step"] = step_ms / predicted_makespan
+        calibrated["step"] = raw["step"] / unit_ms
+    waits = sum(t.end_ms - t.start_ms for t in rows if t.kind == "WAIT")
+    return {
+        "step": step,
+        "step_ms": step_ms,
+        "mean_ms": per_kind,
+        "predicted_makespan": predicted_makespan,
+        "unit_ms": unit_ms,
+        "ratio_raw": raw,
+        "ratio_calibrated": calibrated,
+        "wait_ms_total": waits,
+    }
+
+
+def chrome_trace(timings: list[Timing], step: int, unit_ms: float,
+                 peak_bytes: list[int] | None = None) -> dict[str, Any]:
+    """Perfetto/Chrome trace: process "measured" and process "predicted", one track per rank.
+
+    Predicted slices are scaled by ``unit_ms`` (calibrated) so both timelines share an axis.
+    """
+    events: list[dict[str, Any]] = []
+    ranks = sorted({t.rank for t in timings})
+    for pid, label in ((0, "measured"), (1, f"predicted (1 unit = {unit_ms:.4g} ms)")):
+        events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": label}})
+        for r in ranks:
+            events.append({"ph": "M", "pid": pid, "tid": r, "name": "thread_name",
+                           "args": {"name": f"rank {r}"}})
+    for t in timings:
+        if t.step != step:
+            continue
+        args = {"stage": t.stage, "mb": t.mb, "index": t.index, "kind": t.kind}
+        events.append({"ph": "X", "pid": 0, "tid": t.rank, "name": t.token, "cat": t.kind,
+                       "ts": t.start_ms * 1e3, "dur": max(t.end_ms - t.start_ms, 0.0) * 1e3,
+                       "args": args})
+        if t.kind in KINDS and t.pred_start is not None and t.pred_end is not None:
+            events.append({"ph": "X", "pid": 1, "tid": t.rank, "name": t.token, "cat": t.kind,
+                           "ts": t.pred_start * unit_ms * 1e3,
+                           "dur": (t.pred_end - t.pred_start) * unit_ms * 1e3,
+                           "args": {**args, "pred_start": t.pred_start, "pred_end": t.pred_end}})
+    if peak_bytes is not None:
+        for r, peak in enumerate(peak_bytes):
+            events.append({"ph": "C", "pid": 0, "tid": r, "name": f"peak memory rank {r}",
+                           "ts": 0, "args": {"bytes": peak}})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}

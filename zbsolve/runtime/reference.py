@@ -1,0 +1,104 @@
+"""The single-process reference the pipeline run is proven against.
+
+Same model, same seed, same batches, same optimizer, but unsplit, in one process, one forward
+and one backward over the whole batch with vanilla torch ops (no deferred weight gradients).
+Agreement therefore covers the stage split, the hand-offs, the I/W split and the schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zbsolve.runtime.model import GPT, GPTConfig, lm_loss, make_batch
+
+DEFAULT_LR = 0.05
+
+
+@dataclass
+class StepRecord:
+    loss: float  # mean microbatch loss (= mean token loss, microbatches are equal-sized)
+    grads: dict[str, torch.Tensor]  # by the unsplit model's parameter names
+
+
+@dataclass
+class ReferenceRun:
+    steps: list[StepRecord]
+    params: dict[str, torch.Tensor]  # after the last optimizer step
+
+
+def make_optimizer(params, lr: float = DEFAULT_LR) -> torch.optim.Optimizer:
+    """Plain SGD: deterministic and elementwise, so sharded stages step exactly as one model."""
+    return torch.optim.SGD(params, lr=lr)
+
+
+def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
+                  lr: float = DEFAULT_LR) -> ReferenceRun:
+    model = GPT(cfg)
+    opt = make_optimizer(model.parameters(), lr)
+    records = []
+    for step in range(steps):
+        tokens, targets = make_batch(cfg, microbatches, step)
+        opt.zero_grad(set_to_none=True)
+        loss = lm_loss(model(tokens), targets)
+        loss.backward()
+        records.append(StepRecord(
+            float(loss.detach()),
+            {n: p.grad.detach().clone() for n, p in model.named_parameters()},
+        ))
+        opt.step()
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return ReferenceRun(records, params)
+
+
+@dataclass
+class Comparison:
+    """Largest relative differences; a tensor's difference is max|a - b| / max|b| (inf-norms).
+
+    Relative to the tensor's scale rather than elementwise: summing microbatch gradients in a
+    different order moves near-zero entries by a few ulps of the tensor's scale, which an
+    elementwise ratio would blow up without any real disagreement.
+    """
+
+    max_rel: float
+    worst: str
+    checked: int
+    missing: list[str]
+
+    def ok(self, rtol: float) -> bool:
+        return not self.missing and self.max_rel <= rtol
+
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach(), b.detach()
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    diff = float((a - b).abs().max()) if b.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def compare(run_steps: list[StepRecord], run_params: dict[str, torch.Tensor],
+            ref: ReferenceRun) -> Comparison:
+    worst, max_rel, checked, missing = "", 0.0, 0, []
+
+    def consider(name: str, value: float) -> None:
+        nonlocal worst, max_rel, checked
+        checked += 1
+        if value > max_rel or not worst:
+            worst, max_rel = name, value
+
+    for i, (got, want) in enumerate(zip(run_steps, ref.steps)):
+        consider(f"step {i} loss", abs(got.loss - want.loss) / max(abs(want.loss), 1e-30))
+        for name, g in want.grads.items():
+            if name not in got.grads:
+                missing.append(f"step {i} grad {name}")
+                continue
+            consider(f"step {i} grad {name}", rel_diff(got.grads[name], g))
+    if len(run_steps) != len(ref.steps):
+        missing.append(f"{len(run_steps)} steps run, {len(ref.steps)} in the reference")
+    for name, p in ref.params.items():
+        if name not in run_params:
+            missing.append(f"param {name}")
+            continue
+        consider(f"param {name}", rel_diff(run_params[name], p))
+    return Comparison(max_rel, worst, checked, missing)

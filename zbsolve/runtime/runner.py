@@ -1,0 +1,345 @@
+"""Per-rank executor: run an executor table's action list on the GPT stages of this rank.
+
+The rank runs its list in order and nothing else decides anything: F keeps what backward needs;
+I computes the input gradient only and keeps what W needs; W accumulates the weight gradients
+and frees the rest; B is I then W. Hand-offs between two stages of this rank stay in memory;
+the others go through :mod:`zbsolve.runtime.p2p` at the table's SEND/RECV actions.
+
+After the steps, rank 0 gathers every stage's loss, gradients and parameters and compares them
+with the single-process reference (:mod:`zbsolve.runtime.reference`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from zbsolve.export.executor import Action, ExecutorTable
+from zbsolve.runtime.iw_split import MemoryTracker, StageRunner
+from zbsolve.runtime.measure import Clock, Timing, chrome_trace, summarize
+from zbsolve.runtime.model import (
+    GPTConfig,
+    build_stage_modules,
+    layer_split,
+    lm_loss,
+    make_batch,
+    microbatch,
+)
+from zbsolve.runtime.p2p import P2P
+from zbsolve.runtime.reference import (
+    DEFAULT_LR,
+    Comparison,
+    StepRecord,
+    compare,
+    make_optimizer,
+    run_reference,
+)
+
+ENGINES = ("ours", "torch")
+_DEBUG = bool(os.environ.get("ZBSOLVE_RUN_DEBUG"))
+
+
+class TableMismatch(ValueError):
+    """The table cannot run on this launch (world size, stage count); says how to fix it."""
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose (tests): one rank failing must stop the whole run with its error."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    backend: str = "gloo"
+    device: str = "cpu"  # cpu | cuda
+    steps: int = 2
+    lr: float = DEFAULT_LR
+    timeout_s: float = 60.0
+    rtol: float = 1e-5
+    threads: int = 1  # torch intra-op threads per rank on CPU
+    fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
+
+
+@dataclass
+class Job:
+    """One table to run in an already started process group."""
+
+    table: dict[str, Any]
+    model: dict[str, int]  # GPTConfig fields
+    engine: str = "ours"
+    torch_csv: str | None = None  # engine torch: path of the compute-only torch CSV
+    trace: str | None = None  # write the Perfetto trace here (rank 0)
+    label: str = ""
+
+
+@dataclass
+class RankContext:
+    rank: int
+    world: int
+    device: torch.device
+    opts: RunOptions
+
+
+def check_table(table: ExecutorTable, world: int, cfg: GPTConfig) -> None:
+    """Refuse, before anything runs, a table that cannot run on this launch and model."""
+    if table.ranks != world:
+        raise TableMismatch(
+            f"table {table.schedule_name!r} is for {table.ranks} ranks but the launch has world "
+            f"size {world}: use --nproc {table.ranks} (or torchrun --nproc-per-node/--nnodes "
+            f"giving {table.ranks} ranks), or export the schedule for {world} devices"
+        )
+    if len(table.placement) != table.stages or table.stages < 1:
+        raise TableMismatch("table placement: expected one rank per logical stage")
+    empty = sorted(set(range(world)) - set(table.placement))
+    if empty:
+        raise TableMismatch(f"table placement leaves rank(s) {empty} without a stage")
+    try:
+        layer_split(cfg.layers, table.stages)
+    except ValueError as exc:
+        raise TableMismatch(str(exc)) from None
+
+
+# ---------------------------------------------------------------------- our engine
+@dataclass
+class _RankState:
+    runners: dict[int, StageRunner]
+    p2p: P2P
+    local_fwd: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    local_bwd: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    to_send: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
+
+
+def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTConfig,
+              tokens: torch.Tensor, targets: torch.Tensor, step: int,
+              clock: Clock) -> list[Timing]:
+    actions = table.actions[ctx.rank]
+    stamps: list[tuple[int, Action | None, str, int, int, Any, Any]] = []
+    i = 0
+    while i < len(actions):
+        a = actions[i]
+        if _DEBUG:
+            print(f"[rank {ctx.rank}] step {step} action {i} {a.token}", flush=True)
+        if ctx.opts.fail_at == (ctx.rank, i):
+            raise InjectedFailure(f"injected failure on rank {ctx.rank} at action {i} ({a.token})")
+        if a.is_comm:
+            j = i
+            while j < len(actions) and actions[j].is_comm and actions[j].batch == a.batch:
+                j += 1
+            t0 = clock.mark()
+            batch = []
+            for b in actions[i:j]:
+                payload = st.to_send.pop((b.kind[-1], b.stage, b.mb), None) if b.is_send else None
+                batch.append((b.kind, b.stage, b.mb, b.peer, payload))
+            st.p2p.post(batch)
+            t1 = clock.mark()
+            for k in range(i, j):
+                stamps.append((k, actions[k], actions[k].kind, actions[k].stage, actions[k].mb,
+                               t0, t1))
+            i = j
+            continue
+        runner = st.runners.get(a.stage)
+        if runner is None:
+            raise RuntimeError(f"rank {ctx.rank}: action {a.token} is for a stage not on this rank")
+        s, mb = a.stage, a.mb
+        if a.kind == "F":
+            if runner.is_first:
+                x = microbatch(tokens, cfg, mb).to(ctx.device)
+            elif (s, mb) in st.local_fwd:
+                x = st.local_fwd.pop((s, mb))
+            else:
+                w0 = clock.mark()
+                x = st.p2p.take("F", s, mb)
+                stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
+            t0 = clock.mark()
+            tgt = microbatch(targets, cfg, mb).to(ctx.device) if runner.is_last else None
+            out = runner.forward(mb, x, tgt)
+            t1 = clock.mark()
+            if not runner.is_last:
+                if s + 1 in st.runners:
+                    st.local_fwd[(s + 1, mb)] = out
+                else:
+                    st.to_send[("F", s, mb)] = out
+        elif a.kind in ("I", "B"):
+            grad = None
+            if not runner.is_last:
+                if (s, mb) in st.local_bwd:
+                    grad = st.local_bwd.pop((s, mb))
+                else:
+                    w0 = clock.mark()
+                    grad = st.p2p.take("B", s, mb)
+                    stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
+            t0 = clock.mark()
+            if a.kind == "I":
+                grad_in = runner.backward_input(mb, grad)
+            else:
+                grad_in = runner.backward(mb, grad)
+            t1 = clock.mark()
+            if not runner.is_first:
+                if s - 1 in st.runners:
+                    st.local_bwd[(s - 1, mb)] = grad_in
+                else:
+                    st.to_send[("B", s, mb)] = grad_in
+        elif a.kind == "W":
+            t0 = clock.mark()
+            runner.backward_weight(mb)
+            t1 = clock.mark()
+        else:
+            raise RuntimeError(f"rank {ctx.rank}: unknown action kind {a.kind!r}")
+        stamps.append((i, a, a.kind, s, mb, t0, t1))
+        i += 1
+    st.p2p.finish()
+    leftovers = [f"{k}" for k in (*st.local_fwd, *st.local_bwd, *st.to_send)]
+    if leftovers or any(r.pending for r in st.runners.values()):
+        raise RuntimeError(f"rank {ctx.rank}: step {step} ended with unfinished work {leftovers}")
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    out = []
+    for idx, a, kind, s, mb, t0, t1 in stamps:
+        out.append(Timing(ctx.rank, step, idx, kind, s, mb, clock.ms(t0), clock.ms(t1),
+                          a.start if a is not None else None, a.end if a is not None else None))
+    return out
+
+
+def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
+    """Run the table for ``opts.steps`` optimizer steps; returns this rank's records."""
+    S, m = table.stages, table.microbatches
+    mine = [s for s, r in enumerate(table.placement) if r == ctx.rank]
+    modules = build_stage_modules(cfg, S)
+    memory = MemoryTracker()
+    runners = {
+        s: StageRunner(modules[s].to(ctx.device), s, S, lm_loss, 1.0 / m, memory) for s in mine
+    }
+    params = {n: p for s in mine for n, p in modules[s].global_names().items()}
+    opt = make_optimizer(list(params.values()), ctx.opts.lr)
+    p2p = P2P(ctx.device, (cfg.microbatch_size, cfg.seq, cfg.hidden), ctx.opts.timeout_s,
+              stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda")
+    state = _RankState(runners, p2p)
+    clock = Clock(ctx.device)
+    timings: list[Timing] = []
+    steps: list[dict[str, Any]] = []
+    cuda_peaks: list[int] = []
+    for step in range(ctx.opts.steps):
+        tokens, targets = make_batch(cfg, m, step)
+        opt.zero_grad(set_to_none=True)
+        for r in runners.values():
+            r.losses.clear()
+        memory.reset_peak()
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        dist.barrier()
+        clock.begin()
+        timings += _run_step(ctx, table, state, cfg, tokens, targets, step, clock)
+        if ctx.device.type == "cuda":
+            cuda_peaks.append(int(torch.cuda.max_memory_allocated(ctx.device)))
+        losses = runners[S - 1].losses if S - 1 in runners else {}
+        steps.append({
+            "losses": dict(losses),
+            "grads": {n: p.grad.detach().cpu().clone() for n, p in params.items()
+                      if p.grad is not None},
+            "peak_bytes": memory.peak,
+        })
+        opt.step()
+    final = {n: p.detach().cpu().clone() for n, p in params.items()}
+    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks}
+
+
+# ---------------------------------------------------------------------- gathering on rank 0
+def _merge(gathered: list[dict[str, Any]], n_steps: int, m: int):
+    records, params = [], {}
+    for step in range(n_steps):
+        losses: dict[int, float] = {}
+        grads: dict[str, torch.Tensor] = {}
+        for g in gathered:
+            losses.update(g["steps"][step]["losses"])
+            grads.update(g["steps"][step]["grads"])
+        if len(losses) != m:
+            raise RuntimeError(f"step {step}: losses of {len(losses)} microbatches, expected {m}")
+        records.append(StepRecord(sum(losses[k] for k in sorted(losses)) / m, grads))
+    for g in gathered:
+        params.update(g["params"])
+    return records, params
+
+
+_REFERENCE_CACHE: dict[tuple, Any] = {}
+
+
+def _reference(cfg: GPTConfig, m: int, opts: RunOptions):
+    key = (cfg, m, opts.steps, opts.lr)
+    if key not in _REFERENCE_CACHE:
+        _REFERENCE_CACHE[key] = run_reference(cfg, m, opts.steps, opts.lr)
+    return _REFERENCE_CACHE[key]
+
+
+def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
+    """Run one job on this rank; rank 0 returns the report, the others None."""
+    table = ExecutorTable.from_dict(job.table)
+    cfg = GPTConfig(**job.model)
+    check_table(table, ctx.world, cfg)
+    if job.engine == "ours":
+        mine = run_ours(ctx, table, cfg)
+    elif job.engine == "torch":
+        from zbsolve.runtime.torch_engine import run_torch
+
+        if job.torch_csv is None:
+            raise ValueError("engine torch needs the torch CSV path (Job.torch_csv)")
+        mine = run_torch(ctx, table, cfg, job.torch_csv)
+    else:
+        raise ValueError(f"engine: expected one of {ENGINES}, got {job.engine!r}")
+    timings = mine.pop("timings")
+    gathered: list[Any] | None = [None] * ctx.world if ctx.rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0)
+    all_timings: list[Any] | None = [None] * ctx.world if ctx.rank == 0 else None
+    dist.gather_object([t.to_dict() for t in timings], all_timings, dst=0)
+    if ctx.rank != 0:
+        return None
+    assert gathered is not None and all_timings is not None
+    records, params = _merge(gathered, ctx.opts.steps, table.microbatches)
+    ref = _reference(cfg, table.microbatches, ctx.opts)
+    cmp: Comparison = compare(records, params, ref)
+    flat = [Timing(**d) for per_rank in all_timings for d in per_rank]
+    last = ctx.opts.steps - 1
+    predicted_makespan = float(table.predicted.get("makespan", 0.0))
+    report: dict[str, Any] = {
+        "label": job.label or table.schedule_name,
+        "schedule": table.schedule_name,
+        "engine": job.engine,
+        "backend": ctx.opts.backend,
+        "device": str(ctx.device.type),
+        "ranks": ctx.world,
+        "stages": table.stages,
+        "microbatches": table.microbatches,
+        "fused_bw": table.fused_bw,
+        "model": cfg.to_dict(),
+        "steps": ctx.opts.steps,
+        "losses": [r.loss for r in records],
+        "reference_losses": [r.loss for r in ref.steps],
+        "max_rel_diff": cmp.max_rel,
+        "worst": cmp.worst,
+        "checked": cmp.checked,
+        "missing": cmp.missing,
+        "rtol": ctx.opts.rtol,
+        "ok": cmp.ok(ctx.opts.rtol),
+        "peak_activation_bytes": [g["steps"][last]["peak_bytes"] for g in gathered],
+        "cuda_max_memory_allocated": [g["cuda_peaks"][last] if g["cuda_peaks"] else None
+                                      for g in gathered],
+        "predicted": table.predicted,
+    }
+    if not flat:  # engine torch: the step time only
+        step_ms = max(g["steps"][last].get("step_ms", 0.0) for g in gathered)
+        report["timing"] = {"step": last, "step_ms": step_ms, "mean_ms": {},
+                            "predicted_makespan": predicted_makespan}
+    else:
+        report["timing"] = summarize(flat, last, predicted_makespan)
+        if job.trace:
+            import json
+
+            trace = chrome_trace(flat, last, report["timing"]["unit_ms"],
+                                 report["peak_activation_bytes"])
+            with open(job.trace, "w") as fh:
+                json.dump(trace, fh)
+            report["trace"] = job.trace
+    return report

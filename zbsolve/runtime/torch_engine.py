@@ -1,0 +1,82 @@
+"""``--engine torch``: the same schedule through PyTorch's own ``_PipelineScheduleRuntime``.
+
+The table's compute order is written as the compute-only torch CSV by
+``zbsolve.export.torch_csv.write_torch_csv``; torch reads it with ``_load_csv``, infers
+stage -> rank from it, inserts its own SEND/RECV and runs it with its own I/W split
+(``backward_one_chunk(full_backward=False)`` then ``backward_weight_one_chunk``) on our stage
+modules (plain torch ops: no sink is active). Gradients are scaled by 1/m by torch
+(``scale_grads=True``), which matches our mean-of-microbatch-losses definition.
+
+This is also issue 4's loading test: our CSV in torch's runtime, gradients vs the reference.
+Only the step time is measured here (torch's runtime has no per-action hook we could time
+without changing what it runs).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from zbsolve.export.executor import ExecutorTable
+from zbsolve.runtime.model import GPTConfig, build_stage_modules, lm_loss, make_batch
+from zbsolve.runtime.reference import make_optimizer
+
+
+def write_csv_for(table: ExecutorTable, path: str) -> list[list[str]]:
+    """The compute-only torch CSV of a table's compute order (validated by the simulator)."""
+    from zbsolve.export.executor import instance_of, schedule_from_table
+    from zbsolve.export.torch_csv import write_torch_csv
+
+    return write_torch_csv(instance_of(table), schedule_from_table(table), path)
+
+
+def run_torch(ctx, table: ExecutorTable, cfg: GPTConfig, csv_path: str) -> dict[str, Any]:
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    S, m = table.stages, table.microbatches
+    mine = [s for s, r in enumerate(table.placement) if r == ctx.rank]
+    modules = build_stage_modules(cfg, S)
+    stages = [PipelineStage(modules[s].to(ctx.device), s, S, ctx.device) for s in mine]
+    schedule = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=lm_loss,
+                                        scale_grads=True)
+    schedule._load_csv(csv_path)
+    inferred = [schedule.stage_index_to_group_rank[s] for s in range(S)]
+    if inferred != list(table.placement):
+        raise RuntimeError(
+            f"torch inferred placement {inferred} from the CSV, the table has {table.placement}"
+        )
+    params = {n: p for s in mine for n, p in modules[s].global_names().items()}
+    opt = make_optimizer(list(params.values()), ctx.opts.lr)
+    steps, cuda_peaks, timings = [], [], []
+    for step in range(ctx.opts.steps):
+        tokens, targets = make_batch(cfg, m, step)
+        opt.zero_grad(set_to_none=True)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        dist.barrier()
+        t0 = time.perf_counter()
+        args = (tokens.to(ctx.device),) if 0 in mine else ()
+        losses: list[torch.Tensor] = []
+        kwargs: dict[str, Any] = {}
+        if S - 1 in mine:
+            kwargs = {"target": targets.to(ctx.device), "losses": losses}
+        schedule.step(*args, **kwargs)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+            cuda_peaks.append(int(torch.cuda.max_memory_allocated(ctx.device)))
+        step_ms = (time.perf_counter() - t0) * 1e3
+        steps.append({
+            "losses": {i: float(x.detach()) for i, x in enumerate(losses)},
+            "grads": {n: p.grad.detach().cpu().clone() for n, p in params.items()
+                      if p.grad is not None},
+            "peak_bytes": 0,
+            "step_ms": step_ms,
+        })
+        opt.step()
+    final = {n: p.detach().cpu().clone() for n, p in params.items()}
+    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks}
