@@ -562,3 +562,13 @@ def test_torch_runtime_runs_our_comms_csv_on_gloo(tmp_path):
     for s, mod in enumerate(mods):
         for got, param in zip(grads[s], mod.parameters()):
             torch.testing.assert_close(got, param.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_dump_refuses_a_table_that_can_deadlock(tmp_path):
+    inst = _inst(4, 8, comm=0.5, I=1.0, W=1.0)
+    naive = lower(inst, generate("1f1b", inst), placement="adjacent")
+    with pytest.raises(P2PError, match="rank 0 stuck at position 7: 0SEND_F3"):
+        naive.dump(tmp_path / "naive.json")
+    assert not (tmp_path / "naive.json").exists()
+    naive.dump(tmp_path / "naive.json", check=False)  # explicit opt-out, e.g. for a bug report
+    assert load_table(tmp_path / "naive.json") == naive

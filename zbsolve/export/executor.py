@@ -170,7 +170,12 @@ class ExecutorTable:
             predicted=data.get("predicted", {}),
         )
 
-    def dump(self, path: str | Path) -> None:
+    def dump(self, path: str | Path, *, check: bool = True) -> None:
+        """Write the JSON; by default only after ``p2p_check`` proves it deadlock-free."""
+        if check:
+            from zbsolve.export.p2p_check import require_safe
+
+            require_safe(self)
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
 
