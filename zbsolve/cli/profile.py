@@ -67,7 +67,8 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
 def register(sub) -> None:
     parser = sub.add_parser("profile", help="measure a GPT model into an instance file")
     add_profile_args(parser)
-    parser.add_argument("-o", "--output", required=True, help="instance file to write (.yaml/.json)")
+    parser.add_argument("-o", "--output", required=True,
+                        help="instance file to write (.yaml or .json)")
     add_json(parser)
     parser.set_defaults(handler=handle)
 

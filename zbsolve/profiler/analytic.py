@@ -56,7 +56,9 @@ def paper_m_w(h: int) -> float:
     return 32.0 * h
 
 
-def layer_bytes_per_token(h: int, a: int, s: int, model: LayerMemoryModel = PAPER) -> tuple[float, float]:
+def layer_bytes_per_token(
+    h: int, a: int, s: int, model: LayerMemoryModel = PAPER
+) -> tuple[float, float]:
     """(M_B, M_W) in bytes per token and layer for the given variant.
 
     Equals ``(paper_m_b, paper_m_w)`` for the paper's setting (checked by the tests).
@@ -90,7 +92,7 @@ def stage_estimate(
     *, layers: int, h: int, a: int, s: int, b: int, vocab: int, first: bool, last: bool,
     model: LayerMemoryModel,
 ) -> StageEstimate:
-    """Bytes per microbatch of a stage holding ``layers`` blocks (and embedding/head when first/last).
+    """Bytes per microbatch of a stage of ``layers`` blocks (+ embedding/head if first/last).
 
     Extras beyond the per-layer formula (not in the paper, which counts layers only):
     - first stage: the token ids (int64) the embedding keeps for its weight gradient, and the

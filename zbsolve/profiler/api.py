@@ -33,13 +33,16 @@ def _budget(device, stages: list[StageProfile], placement: tuple[int, ...], devi
 def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str = "loop",
             repeats: int = 10, warmup: int = 3, memory_limit: float | None = None,
             threads: int = 1, device: str = "cpu", optimizer_states: int = 0,
-            p2p_repeats: int = 30, name: str | None = None, command: str = "") -> ProfileRun:
+            p2p_repeats: int = 30, p2p=None, name: str | None = None,
+            command: str = "") -> ProfileRun:
     """Profile ``cfg`` (a :class:`zbsolve.runtime.model.GPTConfig`) as S = devices x chunks stages.
 
     ``threads`` is torch's intra-op thread count for the measurements; the runner uses one per
     rank on CPU (``RunOptions.threads``), so 1 is the default here too. ``memory_limit`` is in
     bytes per device (None: CPU unlimited, GPU measured). ``optimizer_states`` counts the
-    optimizer tensors per parameter kept on the device (the runner's SGD: 0; Adam: 2).
+    optimizer tensors per parameter kept on the device (the runner's SGD: 0; Adam: 2). ``p2p``:
+    a :class:`~zbsolve.profiler.p2p.P2PResult` to reuse (the boundary tensor does not depend on
+    the layout, so ``zbsolve loop`` measures it once for all layouts).
     """
     import torch
 
@@ -53,6 +56,9 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
             raise ValueError(f"{field}: expected an integer >= 1, got {value!r} (--{field})")
     stage_map = placement_for(placement, devices, chunks)
     dev = torch.device(device)
+    if p2p is not None and tuple(p2p.shape) != (cfg.microbatch_size, cfg.seq, cfg.hidden):
+        raise ValueError(f"p2p: measured for shape {p2p.shape}, the model's boundary tensor is "
+                         f"{(cfg.microbatch_size, cfg.seq, cfg.hidden)}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible; use --device cpu")
     previous_threads = torch.get_num_threads()
@@ -64,7 +70,7 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
         torch.set_num_threads(previous_threads)
     shape = (cfg.microbatch_size, cfg.seq, cfg.hidden)
     if devices > 1:
-        p2p = measure_p2p(shape, "float32", warmup=5, repeats=p2p_repeats, threads=threads)
+        p2p = p2p or measure_p2p(shape, "float32", warmup=5, repeats=p2p_repeats, threads=threads)
         comm, p2p_info = p2p.one_way_ms, p2p.to_dict()
     else:
         comm, p2p_info = Spread.of([0.0]), {"note": "one device: no hand-offs"}

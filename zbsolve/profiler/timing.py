@@ -49,7 +49,8 @@ class Spread:
                       self.q3 * factor, self.max * factor, self.n)
 
     def to_dict(self, digits: int = 6) -> dict[str, float]:
-        return {k: (round(v, digits) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        return {k: (round(v, digits) if isinstance(v, float) else v)
+                for k, v in asdict(self).items()}
 
 
 class Stopwatch:

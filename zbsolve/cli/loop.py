@@ -1,0 +1,69 @@
+"""``zbsolve loop --model gpt-tiny -o results/loop/``: profile -> solve -> export -> run.
+
+Writes ``loop.csv``, ``loop.md`` and ``loop.json`` (predicted vs measured step time of the
+solver's schedule, 1F1B, ZB-H1 and ZB-V on the same model), the profiled instances and the
+executor tables that were run. See docs/profiler.md for the equivalent sequence of commands.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from zbsolve.cli.common import add_json, print_json
+from zbsolve.cli.profile import add_model_args, model_config
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("loop", help="profile, solve, export and run; predicted vs measured")
+    add_model_args(parser)
+    parser.add_argument("--devices", type=int, default=2, help="pipeline ranks p (2)")
+    parser.add_argument("--microbatches", type=int, default=8, help="microbatches m (8)")
+    parser.add_argument("--repeats", type=int, default=10, help="profile samples per stage (10)")
+    parser.add_argument("--warmup", type=int, default=3, help="discarded profile samples (3)")
+    parser.add_argument("--time-limit", type=float, default=20.0,
+                        help="solver seconds per layout (20)")
+    parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (1)")
+    parser.add_argument("--seed", type=int, default=0, help="CP-SAT seed (0)")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="timed runs per schedule; the median step time is reported (3)")
+    parser.add_argument("--steps", type=int, default=2,
+                        help="optimizer steps per run; the last one is timed (2)")
+    parser.add_argument("--memory-limit",
+                        help="per-device activation budget (e.g. 2MiB); default: the simulated "
+                             "1F1B peak on the v=1 layout")
+    parser.add_argument("--round", type=int, metavar="DIGITS",
+                        help="solve the instance with times rounded to DIGITS significant digits")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("-o", "--output", default="results/loop",
+                        help="output folder (results/loop)")
+    add_json(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args) -> int:
+    from zbsolve.profiler.loop import LoopOptions, run_loop
+    from zbsolve.profiler.units import parse_size
+
+    opts = LoopOptions(
+        devices=args.devices, microbatches=args.microbatches, repeats=args.repeats,
+        warmup=args.warmup, time_limit=args.time_limit, workers=args.workers, seed=args.seed,
+        runs=args.runs, steps=args.steps,
+        memory_limit_bytes=parse_size(args.memory_limit) if args.memory_limit else None,
+        round_digits=args.round, threads=args.threads, device=args.device,
+    )
+    command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    summary = run_loop(model_config(args), opts, args.output, command)
+    if args.json:
+        print_json(summary)
+    else:
+        from zbsolve.profiler.loop import markdown
+
+        print(markdown(summary))
+        print(f"wrote {args.output}/loop.csv, loop.md, loop.json, instances and tables")
+    bad = [r["schedule"] for r in summary["rows"] if not r["grads_ok"]]
+    if bad:
+        print(f"gradients differ from the reference for: {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,275 @@
+"""The closed loop: profile -> solve -> export -> run, predicted vs measured step time.
+
+For one model on p ranks it profiles two layouts (the stage split differs, so each is profiled
+on its own stages): v = 1 with loop placement (the solver's schedule, 1F1B, ZB-H1) and v = 2
+with V placement (the solver's schedule, ZB-V, which exists only there). Every schedule is
+judged by the simulator on the profiled instance (its makespan in ms is the *prediction*),
+lowered to an executor table and run by the runner on a real torch.distributed group, which
+checks the gradients against the single-process reference and measures the step time.
+
+The memory limit given to the solver is, unless set, the simulated peak of 1F1B on the v = 1
+layout (the papers' "same memory as 1F1B" setting), applied to both layouts. A hand-made
+schedule over that limit is still run (its row says so), lowered without the limit.
+
+Each schedule runs ``runs`` times (interleaved with the others, so a slow patch of a shared
+machine hits all of them alike); each run takes ``steps`` optimizer steps and the runner times
+the last one. The table reports the median and the range of those step times.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zbsolve.instance import Instance, load_instance
+from zbsolve.profiler.units import MIB
+from zbsolve.profiler.writer import ProfileRun, instance_dict
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    chunks: int
+    placement: str
+    schedules: tuple[str, ...]  # "zbsolve" = the solver's schedule; others: baselines registry
+
+
+LAYOUTS = (
+    Layout("v1-loop", 1, "loop", ("zbsolve", "1f1b", "zb-h1")),
+    Layout("v2-V", 2, "v", ("zbsolve", "zb-v")),
+)
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    devices: int = 2
+    microbatches: int = 8
+    repeats: int = 10  # profile samples per stage
+    warmup: int = 3
+    time_limit: float = 20.0  # solver seconds per layout
+    workers: int = 1  # CP-SAT workers
+    seed: int = 0
+    runs: int = 3  # timed runs per schedule
+    steps: int = 2  # optimizer steps per run; the last is timed
+    memory_limit_bytes: float | None = None  # None: 1F1B's simulated peak on the v=1 layout
+    round_digits: int | None = None  # solve the rounded instance instead of the measured one
+    threads: int = 1
+    device: str = "cpu"
+    timeout_s: float = 120.0
+
+    def check(self) -> None:
+        for name in ("devices", "microbatches", "repeats", "runs", "steps", "threads", "workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {value!r} "
+                                 f"(--{name.replace('_', '-')})")
+        if self.devices < 2:
+            raise ValueError("devices: the loop runs a pipeline, expected >= 2 (--devices)")
+        if self.time_limit <= 0:
+            raise ValueError(f"time_limit: expected seconds > 0, got {self.time_limit}")
+
+
+@dataclass
+class Planned:
+    """One schedule of one layout, ready to run."""
+
+    layout: str
+    schedule: str
+    chunks: int
+    table: dict[str, Any]
+    predicted_ms: float
+    predicted_bubble: float
+    predicted_peak_mib: float
+    fits_limit: bool
+    note: str = ""
+    reports: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout}/{self.schedule}"
+
+
+def _schedule_for(name: str, inst: Instance, opts: LoopOptions):
+    """(schedule, note): the solver's schedule or a hand-made one."""
+    if name == "zbsolve":
+        from zbsolve.solver import SolveOptions, solve
+
+        result = solve(inst, SolveOptions(time_limit=opts.time_limit, workers=opts.workers,
+                                          seed=opts.seed))
+        sched = result.schedule
+        sched.name = "zbsolve"
+        return sched, f"solver {result.status}, best hand-made hint {result.baseline}"
+    from zbsolve.baselines import generate
+
+    return generate(name, inst), ""
+
+
+def plan(inst: Instance, layout: Layout, opts: LoopOptions) -> list[Planned]:
+    """Schedules of one layout, each judged by the simulator and lowered to an executor table."""
+    from zbsolve.export.executor import lower
+    from zbsolve.simulate import simulate
+
+    out = []
+    unlimited = inst.with_(limit=None)
+    for name in layout.schedules:
+        sched, note = _schedule_for(name, inst, opts)
+        sim = simulate(inst, sched)  # with the limit: feasibility for the row
+        table = lower(unlimited if not sim.feasible else inst, sched)
+        if not sim.feasible:
+            note = (note + "; " if note else "") + "over the memory limit (run without it)"
+        out.append(Planned(layout.name, name, layout.chunks, table.to_dict(), sim.makespan,
+                           sim.bubble_makespan, max(sim.peak_memory), sim.feasible, note))
+    return out
+
+
+def _limit_from_1f1b(inst: Instance) -> float:
+    """The simulated 1F1B peak (MiB, max over devices) on a v = 1 instance."""
+    from zbsolve.baselines import generate
+    from zbsolve.simulate import simulate
+
+    return max(simulate(inst, generate("1f1b", inst)).peak_memory)
+
+
+def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> dict[str, Any]:
+    """Profile, solve, export and run; write the table and the artefacts under ``out_dir``."""
+    import torch
+
+    from zbsolve.profiler.api import profile
+    from zbsolve.profiler.p2p import measure_p2p
+    from zbsolve.runtime.launch import run_jobs
+    from zbsolve.runtime.runner import Job, RunOptions
+
+    opts.check()
+    out = Path(out_dir)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    p2p = measure_p2p((cfg.microbatch_size, cfg.seq, cfg.hidden), "float32",
+                      threads=opts.threads)
+    runs: dict[str, ProfileRun] = {}
+    instances: dict[str, Instance] = {}
+    for layout in LAYOUTS:
+        run = profile(cfg, devices=opts.devices, chunks=layout.chunks,
+                      microbatches=opts.microbatches, placement=layout.placement,
+                      repeats=opts.repeats, warmup=opts.warmup, threads=opts.threads,
+                      device=opts.device, p2p=p2p, name=f"{layout.name}",
+                      command=command)
+        runs[layout.name] = run
+        instances[layout.name] = load_instance(instance_dict(run, opts.round_digits))
+    if opts.memory_limit_bytes is not None:
+        limit_mib = opts.memory_limit_bytes / MIB
+        limit_source = "--memory-limit"
+    else:
+        limit_mib = _limit_from_1f1b(instances[LAYOUTS[0].name])
+        limit_source = "simulated 1F1B peak on the v=1 layout"
+    planned: list[Planned] = []
+    for layout in LAYOUTS:
+        inst = instances[layout.name].with_(limit=limit_mib)
+        instances[layout.name] = inst
+        inst.dump(out / f"instance-{layout.name}.yaml")
+        planned += plan(inst, layout, opts)
+    for p in planned:
+        (out / "tables" / f"{p.layout}-{p.schedule}.json").write_text(json.dumps(p.table))
+    jobs = [Job(p.table, cfg.to_dict(), label=p.label) for _ in range(opts.runs) for p in planned]
+    backend = "nccl" if opts.device.startswith("cuda") and torch.cuda.device_count() >= \
+        opts.devices else "gloo"
+    reports = run_jobs(jobs, opts.devices, RunOptions(
+        backend=backend, device="cuda" if opts.device.startswith("cuda") else "cpu",
+        steps=opts.steps, threads=opts.threads, timeout_s=opts.timeout_s))
+    by_label = {p.label: p for p in planned}
+    for rep in reports:
+        by_label[rep["label"]].reports.append(rep)
+    rows = [row_of(p) for p in planned]
+    summary = {
+        "command": command,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "device": opts.device,
+        "backend": backend,
+        "torch": str(torch.__version__),
+        "model": cfg.to_dict(),
+        "options": asdict(opts),
+        "memory_limit_mib": limit_mib,
+        "memory_limit_source": limit_source,
+        "comm_ms": p2p.one_way_ms.to_dict(),
+        "profiles": {name: {k: list(getattr(inst, k)) for k in ("F", "I", "W")}
+                     | {"comm": inst.comm, "activation": list(inst.activation),
+                        "weight": list(inst.weight)}
+                     for name, inst in instances.items()},
+        "rows": rows,
+    }
+    write_outputs(out, summary)
+    return summary
+
+
+def row_of(p: Planned) -> dict[str, Any]:
+    """One table row: prediction (simulator on the profile) vs measurement (the runner)."""
+    steps = [r["timing"]["step_ms"] for r in p.reports if "timing" in r]
+    ok = bool(p.reports) and all(r["ok"] for r in p.reports)
+    measured = statistics.median(steps) if steps else float("nan")
+    peaks = [max(r["peak_activation_bytes"]) / MIB for r in p.reports]
+    return {
+        "layout": p.layout,
+        "schedule": p.schedule,
+        "chunks": p.chunks,
+        "predicted_ms": p.predicted_ms,
+        "measured_ms": measured,
+        "measured_min_ms": min(steps) if steps else float("nan"),
+        "measured_max_ms": max(steps) if steps else float("nan"),
+        "measured_over_predicted": measured / p.predicted_ms if p.predicted_ms else float("nan"),
+        "runs": len(steps),
+        "predicted_bubble": p.predicted_bubble,
+        "predicted_peak_mib": p.predicted_peak_mib,
+        "measured_peak_mib": max(peaks) if peaks else float("nan"),
+        "fits_limit": p.fits_limit,
+        "grads_ok": ok,
+        "max_rel_diff": max((r["max_rel_diff"] for r in p.reports), default=float("nan")),
+        "note": p.note,
+    }
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e-2 and v != 0 else f"{v:.3f}"
+    return str(v)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    rows = summary["rows"]
+    cols = list(rows[0])
+    lines = [
+        "# Closed loop: profile -> solve -> export -> run",
+        "",
+        f"Command: `{summary['command']}`",
+        "",
+        f"Model {summary['model']}; device {summary['device']} ({summary['backend']}), torch "
+        f"{summary['torch']}; memory limit {summary['memory_limit_mib']:.4f} MiB per device "
+        f"({summary['memory_limit_source']}); one-way P2P {summary['comm_ms']['median']:.4f} ms.",
+        "Predicted = simulator makespan on the profiled instance (ms); measured = the runner's "
+        "step time of the last of each run's optimizer steps, median over runs (min..max "
+        "beside it); peak memory: simulator vs the runner's tracked activation bytes.",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "| " + " | ".join("---" for _ in cols) + " |",
+    ]
+    lines += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
+    lines += ["", "Profiled per-stage times (ms) and memory (MiB):", ""]
+    for name, prof in summary["profiles"].items():
+        lines.append(f"- {name}: F {prof['F']}, I {prof['I']}, W {prof['W']}, comm "
+                     f"{prof['comm']}, activation {prof['activation']}, weight "
+                     f"{prof['weight']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, summary: dict[str, Any]) -> None:
+    rows = summary["rows"]
+    with open(out / "loop.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "loop.md").write_text(markdown(summary))
+    (out / "loop.json").write_text(json.dumps(summary, indent=1, default=str))
