@@ -54,12 +54,18 @@ class P2PReport:
         return "\n".join(lines)
 
 
-def check(table: ExecutorTable, mode: str = "blocking") -> P2PReport:
-    """Static consistency, then the matching simulation in ``mode``."""
+def check(
+    table: ExecutorTable, mode: str = "blocking", *, static: list[str] | None = None
+) -> P2PReport:
+    """Static consistency, then the matching simulation in ``mode``.
+
+    ``static``: the result of ``static_errors(table)`` if already computed (it does not depend
+    on the mode).
+    """
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     report = P2PReport(mode)
-    report.errors = static_errors(table)
+    report.errors = list(static_errors(table) if static is None else static)
     if report.errors:
         return report
     if mode == "blocking":
@@ -71,7 +77,8 @@ def check(table: ExecutorTable, mode: str = "blocking") -> P2PReport:
 
 def require_safe(table: ExecutorTable, modes: tuple[str, ...] = MODES) -> list[P2PReport]:
     """Raise P2PError unless the table is deadlock-free in every mode given."""
-    reports = [check(table, mode) for mode in modes]
+    static = static_errors(table)
+    reports = [check(table, mode, static=static) for mode in modes]
     bad = [r for r in reports if not r.ok]
     if bad:
         raise P2PError("executor table failed the P2P check:\n" + "\n".join(map(str, bad)))

@@ -18,6 +18,7 @@ import csv
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
@@ -119,17 +120,23 @@ def compute_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> l
 
 
 def comm_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list[list[str]]:
-    """The lowered table in torch's action syntax, with torch's REDUCE_GRAD per stage.
-
-    REDUCE_GRAD goes right after the m-th (last) W or B of a stage, where torch's own lowering
-    (``_add_reduce_grad``) puts it; torch scales gradients there, so without it a
-    compute_comms run would not match a compute_only run.
-    """
+    """The lowered, P2P-checked table of (inst, sched) in torch's action syntax."""
     from zbsolve.export.executor import lower
     from zbsolve.export.p2p_check import require_safe
 
     table = lower(inst, sched, fuse_bw=fuse_bw)
     require_safe(table)
+    return table_rows(table)
+
+
+def table_rows(table: Any) -> list[list[str]]:
+    """An executor table's actions as torch tokens, with torch's REDUCE_GRAD per stage.
+
+    REDUCE_GRAD goes right after the m-th (last) W or B of a stage, where torch's own lowering
+    (``_add_reduce_grad``) puts it; torch scales gradients there, so without it a
+    compute_comms run would not match a compute_only run.
+    """
+    m = table.microbatches
     rows = []
     for row in table.actions:
         count: dict[int, int] = defaultdict(int)
@@ -138,19 +145,27 @@ def comm_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list
             out.append(a.token)
             if a.kind in ("W", "B"):
                 count[a.stage] += 1
-                if count[a.stage] == inst.microbatches:
+                if count[a.stage] == m:
                     out.append(f"{a.stage}REDUCE_GRAD")
         rows.append(out)
     return rows
+
+
+def write_rows(rows: list[list[str]], path: str | Path) -> None:
+    with Path(path).open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
 
 
 def write_torch_csv(
     inst: Instance, sched: Schedule, path: str | Path, comms: bool = False, *,
     fuse_bw: bool = False,
 ) -> list[list[str]]:
-    """Write the CSV torch's ``_load_csv`` reads (``format="compute_comms"`` when comms)."""
+    """Write the CSV torch's ``_load_csv`` reads (``format="compute_comms"`` when comms).
+
+    The schedule is validated by the simulator first; with comms the lowered table must also
+    pass ``p2p_check``.
+    """
     rows = comm_rows(inst, sched, fuse_bw=fuse_bw) if comms else compute_rows(
         inst, sched, fuse_bw=fuse_bw)
-    with Path(path).open("w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
+    write_rows(rows, path)
     return rows
