@@ -1,0 +1,244 @@
+"""The CP-SAT optimizer: valid schedules, never worse than the hint, known optima, bounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ortools.sat.python import cp_model
+
+from zbsolve.instance import load_instance
+from zbsolve.ops import Op
+from zbsolve.simulate import simulate, validate
+from zbsolve.solver import InfeasibleMemoryError, SolveOptions, min_memory_limit, solve
+from zbsolve.solver.bounds import analytic_bound, serial_schedule
+from zbsolve.solver.model import TimeScale, build_model
+
+FAST = dict(time_limit=20.0, workers=1, seed=0)
+
+
+def make(p=4, m=8, v=1, F=1.0, I=1.0, W=1.0, comm=0.0, limit=None, placement="loop",
+         activation=1.0, weight=0.0):
+    return load_instance({
+        "name": "t", "devices": p, "microbatches": m, "chunks": v, "placement": placement,
+        "times": {"F": F, "I": I, "W": W}, "comm": comm,
+        "memory": {"activation": activation, "weight": weight, "limit": limit},
+    })
+
+
+def cp_optimum(inst, objective="makespan", **kw):
+    """The model's proven optimum in instance units (fixed seed, one worker)."""
+    sm = build_model(inst, objective, **kw)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = 20
+    assert solver.solve(sm.model) == cp_model.OPTIMAL
+    return solver.objective_value / sm.scale.time, sm, solver
+
+
+# ---------------------------------------------------------------- known optima
+def test_zb_h1_is_optimal_at_1f1b_memory():
+    # F=I=W=1, p=4, m=8, limit p activations: m(F+I+W) + (p-1)(F+I-W) = 24 + 3 = 27
+    inst = make(limit=4.0)
+    res = solve(inst, SolveOptions(**FAST))
+    assert res.status == "optimal"
+    assert res.objective_value == pytest.approx(27.0)
+    assert res.lower_bound == pytest.approx(27.0) and res.gap == 0.0
+    validate(inst, res.schedule)
+    assert max(res.sim.peak_memory) <= 4.0
+    # CP-SAT proves 27 on its own too (no analytic bound in the model)
+    value, _, _ = cp_optimum(inst, redundant=False)
+    assert value == pytest.approx(27.0)
+
+
+def test_unlimited_memory_zero_comm_optimum():
+    # m(F+I+W) + (p-1)F: the last device starts after p-1 forwards and then never idles
+    # (needs enough microbatches: device 0 must fill its wait for I(0, 0) with forwards)
+    for p, m, F, I, W in ((4, 8, 1.0, 1.0, 1.0), (3, 6, 1.0, 2.0, 1.0)):
+        inst = make(p=p, m=m, F=F, I=I, W=W)
+        res = solve(inst, SolveOptions(**FAST))
+        assert res.status == "optimal"
+        assert res.objective_value == pytest.approx(m * (F + I + W) + (p - 1) * F)
+        value, _, _ = cp_optimum(inst, redundant=False)
+        assert value == pytest.approx(m * (F + I + W) + (p - 1) * F)
+    # with too few microbatches device 0 idles: p=3, m=4, F=1, I=2 gives 19, not 18
+    value, _, _ = cp_optimum(make(p=3, m=4, F=1.0, I=2.0, W=1.0), redundant=False)
+    assert value == pytest.approx(19.0)
+
+
+def test_span_objective():
+    res = solve(make(), SolveOptions(objective="span", **FAST))
+    assert res.status == "optimal" and res.objective_value == pytest.approx(24.0)
+    assert res.sim.max_span == pytest.approx(24.0)
+    res = solve(make(limit=4.0), SolveOptions(objective="span", **FAST))
+    assert res.status == "optimal" and res.objective_value == pytest.approx(27.0)
+    assert res.schedule.meta["objective"] == "span"
+
+
+# ---------------------------------------------------------------- never worse than the hint
+def test_solver_beats_or_matches_every_hand_made_schedule():
+    # unequal stages: no hand-made family is tuned for them; CP-SAT has to find the optimum
+    inst = make(p=3, m=6, F=[1.0, 2.0, 1.0], I=[2.0, 1.0, 2.0], W=[1.0, 1.0, 2.0], comm=0.5,
+                limit=3.0, activation=1.0, weight=0.5)
+    res = solve(inst, SolveOptions(**FAST))
+    assert (res.objective_value, res.baseline, res.baseline_value) == (34.0, "zb-h1", 35.0)
+    assert res.schedule.meta["source"] == "exact"
+    validate(inst, res.schedule)
+    assert res.objective_value == pytest.approx(res.sim.makespan)
+    for b in res.baselines:
+        if b.applicable and b.result.feasible:
+            assert res.objective_value <= b.result.makespan + 1e-9
+    assert res.baseline_value is not None and res.objective_value <= res.baseline_value
+    assert res.status == "optimal"
+    value, _, _ = cp_optimum(inst, symmetry=False, redundant=False)
+    assert res.objective_value == pytest.approx(value)
+
+
+HARD = dict(p=3, m=4, F=[1.0, 2.0, 1.0], I=[2.0, 1.0, 2.0], W=[1.0, 1.0, 2.0], comm=0.5,
+            limit=3.0, weight=0.5)  # best hand-made 25, analytic bound 24: the solver must run
+
+
+def test_extra_hint_is_used_and_never_lost():
+    inst = make(**HARD)
+    hint = serial_schedule(inst)
+    res = solve(inst, SolveOptions(time_limit=0.0), hints=[hint])
+    assert res.status == "fallback"
+    assert res.objective_value <= simulate(inst, hint).makespan
+
+
+def test_fallback_when_no_time():
+    inst = make(**HARD)
+    res = solve(inst, SolveOptions(time_limit=0.0, workers=1))
+    assert res.status == "fallback"
+    assert res.schedule.meta["source"].startswith("hint:")
+    assert res.objective_value == pytest.approx(res.baseline_value)
+    assert res.cpsat_bound is None and res.gap > 0
+    validate(inst, res.schedule)
+
+
+# ---------------------------------------------------------------- memory
+def test_infeasible_memory_names_devices_and_smallest_limit():
+    inst = make(p=2, m=4, v=2, placement="v", activation=[1.0, 2.0, 3.0, 4.0], limit=4.5)
+    assert min_memory_limit(inst) == [5.0, 5.0]  # device 0: stages 0+3, device 1: 1+2
+    with pytest.raises(InfeasibleMemoryError) as err:
+        solve(inst, SolveOptions(**FAST))
+    assert err.value.min_limit == [5.0, 5.0]
+    assert "memory.limit" in str(err.value) and "device 0: limit 4.5 < 5" in str(err.value)
+
+
+def test_smallest_limit_is_feasible_and_tight():
+    inst = make(p=2, m=3, v=2, placement="v", activation=[1.0, 2.0, 3.0, 4.0],
+                weight=[0.5, 1.0, 1.0, 2.0], limit=[5.0, 5.0])
+    assert simulate(inst, serial_schedule(inst)).peak_memory == [5.0, 5.0]
+    res = solve(inst, SolveOptions(**FAST))
+    validate(inst, res.schedule)
+    assert res.sim.peak_memory == [5.0, 5.0]
+    assert res.status in ("optimal", "feasible")
+
+
+def test_reservoir_equals_cumulative():
+    inst = make(p=3, m=5, F=1.0, I=2.0, W=1.0, comm=1.0, limit=2.5, weight=0.5)
+    a, _, _ = cp_optimum(inst, memory_model="cumulative", redundant=False)
+    b, _, _ = cp_optimum(inst, memory_model="reservoir", redundant=False)
+    assert a == pytest.approx(b)
+    res = solve(inst, SolveOptions(memory_model="reservoir", **FAST))
+    assert res.objective_value == pytest.approx(a) and res.status == "optimal"
+
+
+def test_symmetry_breaking_keeps_the_optimum():
+    inst = make(p=2, m=3, v=2, placement="v", F=[1.0, 2.0, 1.0, 1.0], I=2.0, W=1.0, comm=1.0,
+                limit=3.0, weight=0.5)
+    a, _, _ = cp_optimum(inst, symmetry=True)
+    b, _, _ = cp_optimum(inst, symmetry=False, redundant=False)
+    assert a == pytest.approx(b)
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+@pytest.mark.parametrize("case", [
+    dict(p=2, m=4, F=[1.0, 3.0], I=[2.0, 1.0], W=[1.0, 2.0], comm=1.0, limit=2.0, weight=0.5),
+    dict(p=3, m=4, F=2.0, I=1.0, W=1.0, comm=0.0, limit=[2.0, 3.0, 1.0], weight=1.0),
+    dict(p=2, m=3, v=2, placement="loop", F=1.0, I=2.0, W=1.0, comm=1.0, limit=3.0),
+])
+def test_analytic_bound_never_exceeds_the_optimum(case, objective):
+    inst = make(**case)
+    value, _, _ = cp_optimum(inst, objective, symmetry=False, redundant=False)
+    assert analytic_bound(inst, objective) <= value + 1e-9
+
+
+# ---------------------------------------------------------------- model pieces
+def test_time_scale_exact_and_rounded():
+    inst = make(F=18.52, I=18.09, W=9.34, comm=0.6, weight=0.366, limit=8.0)
+    sc = TimeScale.choose(inst)
+    assert (sc.time, sc.memory, sc.time_error, sc.exact) == (100, 1000, 0.0, True)
+    sc = TimeScale.choose(make(F=1 / 3, I=2 / 3, W=1 / 7))
+    assert 0 < sc.time_error < 1e-3 and not sc.exact
+
+
+def test_fixed_window_and_order_are_respected():
+    inst = make(p=2, m=3, F=1.0, I=1.0, W=1.0)
+    fixed = {Op("F", 0, 0): 2}
+    order = [[Op("W", 1, 0), Op("F", 1, 2)]]
+    window = {Op("I", 0, 2): (14, 20)}
+    _, sm, solver = cp_optimum(inst, fixed=fixed, order=order, window=window)
+    st = sm.starts(solver)
+    assert st[Op("F", 0, 0)] == 2
+    assert st[Op("F", 1, 2)] >= st[Op("W", 1, 0)] + 1
+    assert 14 <= st[Op("I", 0, 2)] <= 20
+    validate(inst, sm_schedule(sm, st))
+
+
+def sm_schedule(sm, starts):
+    from zbsolve.schedule import Schedule
+
+    return Schedule(sm.orders(starts))
+
+
+def test_bad_options_are_rejected():
+    with pytest.raises(ValueError, match="objective"):
+        solve(make(), SolveOptions(objective="latency"))
+    with pytest.raises(ValueError, match="memory_model"):
+        solve(make(), SolveOptions(memory_model="pool"))
+    with pytest.raises(ValueError, match="time_limit"):
+        solve(make(), SolveOptions(time_limit=-1))
+
+
+def test_progress_lines(capsys):
+    inst = make(**HARD)
+    solve(inst, SolveOptions(progress=True, **FAST))
+    err = capsys.readouterr().err
+    assert "hint:" in err and "bound" in err and "gap" in err and "optimal" in err
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_solve_writes_a_checked_schedule(tmp_path, capsys):
+    from zbsolve.cli import main
+    from zbsolve.schedule import load_schedule
+
+    path = tmp_path / "inst.json"
+    make(limit=4.0).dump(path)
+    out = tmp_path / "s" / "schedule.json"
+    assert main(["solve", str(path), "-o", str(out), "--time-limit", "10", "--workers", "1",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "optimal" and report["objective_value"] == 27.0
+    assert report["schedules"][0]["schedule"] == "zbsolve"
+    assert any(r["schedule"] == "1f1b" for r in report["schedules"])
+    sched = load_schedule(out)
+    res = validate(make(limit=4.0), sched)
+    assert res.makespan == 27.0
+    assert sched.meta["status"] == "optimal" and sched.meta["bounds"]["gap"] == 0.0
+    assert sched.starts is not None and sched.starts == res.start
+    assert main(["solve", str(path), "--time-limit", "5", "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "status optimal" in text and "zb-h1" in text
+
+
+def test_cli_solve_reports_bad_memory(tmp_path, capsys):
+    from zbsolve.cli import main
+
+    path = tmp_path / "inst.json"
+    make(p=2, m=4, v=2, placement="v", limit=1.0).dump(path)
+    assert main(["solve", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "memory.limit" in err and "[2.0, 2.0]" in err
