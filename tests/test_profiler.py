@@ -202,8 +202,11 @@ def test_loop_end_to_end_two_ranks(tmp_path):
         assert r["predicted_ms"] > 0 and r["measured_ms"] > 0 and r["runs"] == 1
         assert r["grads_ok"] and r["max_rel_diff"] <= 1e-5
         assert math.isfinite(r["measured_over_predicted"])
-    assert rows[("v1-loop", "1f1b")]["fits_limit"]  # the limit is 1F1B's own peak
-    assert rows[("v1-loop", "zbsolve")]["predicted_ms"] <= rows[("v1-loop", "1f1b")]["predicted_ms"]
+    # default limit: the largest hand-made peak, so all fit and the solver, hinted with the best
+    # of them, predicts no worse than any hand-made schedule of its layout
+    assert all(r["fits_limit"] for r in rows.values())
+    for (layout, name), r in rows.items():
+        assert rows[(layout, "zbsolve")]["predicted_ms"] <= r["predicted_ms"] + 1e-9
     for name in ("loop.csv", "loop.md", "loop.json", "instance-v1-loop.yaml",
                  "instance-v2-V.yaml", "tables/v2-V-zb-v.json"):
         assert (tmp_path / name).exists(), name

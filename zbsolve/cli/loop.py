@@ -29,9 +29,10 @@ def register(sub) -> None:
                         help="timed runs per schedule; the median step time is reported (3)")
     parser.add_argument("--steps", type=int, default=2,
                         help="optimizer steps per run; the last one is timed (2)")
-    parser.add_argument("--memory-limit",
-                        help="per-device activation budget (e.g. 2MiB); default: the simulated "
-                             "1F1B peak on the v=1 layout")
+    parser.add_argument("--memory-limit", default="baselines",
+                        help="per-device budget: baselines (the largest simulated peak of the "
+                             "hand-made schedules: all fit; default), 1f1b (1F1B's peak), none, "
+                             "or a size such as 2MiB")
     parser.add_argument("--round", type=int, metavar="DIGITS",
                         help="solve the instance with times rounded to DIGITS significant digits")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
@@ -43,14 +44,15 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    from zbsolve.profiler.loop import LoopOptions, run_loop
+    from zbsolve.profiler.loop import LIMIT_POLICIES, LoopOptions, run_loop
     from zbsolve.profiler.units import parse_size
 
     opts = LoopOptions(
         devices=args.devices, microbatches=args.microbatches, repeats=args.repeats,
         warmup=args.warmup, time_limit=args.time_limit, workers=args.workers, seed=args.seed,
         runs=args.runs, steps=args.steps,
-        memory_limit_bytes=parse_size(args.memory_limit) if args.memory_limit else None,
+        memory_limit=(args.memory_limit if args.memory_limit in LIMIT_POLICIES
+                      else parse_size(args.memory_limit)),
         round_digits=args.round, threads=args.threads, device=args.device,
     )
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])

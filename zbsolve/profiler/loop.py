@@ -7,9 +7,12 @@ judged by the simulator on the profiled instance (its makespan in ms is the *pre
 lowered to an executor table and run by the runner on a real torch.distributed group, which
 checks the gradients against the single-process reference and measures the step time.
 
-The memory limit given to the solver is, unless set, the simulated peak of 1F1B on the v = 1
-layout (the papers' "same memory as 1F1B" setting), applied to both layouts. A hand-made
-schedule over that limit is still run (its row says so), lowered without the limit.
+The memory limit (per device, the same for both layouts) is by default the largest simulated
+peak among the hand-made schedules of the table, so that every one of them fits and the solver
+gets no more memory than the hungriest of them; ``1f1b`` takes 1F1B's peak on the v = 1 layout
+(the papers' setting: the I/W-split schedules may then not fit, since on this fp32 model what W
+keeps is as large as what F saved), ``none`` sets no limit. A hand-made schedule over the limit is
+still run (its row says so), lowered without the limit.
 
 Each schedule runs ``runs`` times (interleaved with the others, so a slow patch of a shared
 machine hits all of them alike); each run takes ``steps`` optimizer steps and the runner times
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import platform
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -45,6 +49,9 @@ LAYOUTS = (
 )
 
 
+LIMIT_POLICIES = ("baselines", "1f1b", "none")
+
+
 @dataclass(frozen=True)
 class LoopOptions:
     devices: int = 2
@@ -56,7 +63,7 @@ class LoopOptions:
     seed: int = 0
     runs: int = 3  # timed runs per schedule
     steps: int = 2  # optimizer steps per run; the last is timed
-    memory_limit_bytes: float | None = None  # None: 1F1B's simulated peak on the v=1 layout
+    memory_limit: str | float = "baselines"  # baselines | 1f1b | none | bytes per device
     round_digits: int | None = None  # solve the rounded instance instead of the measured one
     threads: int = 1
     device: str = "cpu"
@@ -70,6 +77,10 @@ class LoopOptions:
                                  f"(--{name.replace('_', '-')})")
         if self.devices < 2:
             raise ValueError("devices: the loop runs a pipeline, expected >= 2 (--devices)")
+        if not (isinstance(self.memory_limit, (int, float)) and self.memory_limit > 0) and \
+                self.memory_limit not in LIMIT_POLICIES:
+            raise ValueError(f"memory_limit: expected one of {LIMIT_POLICIES} or a size, got "
+                             f"{self.memory_limit!r} (--memory-limit)")
         if self.time_limit <= 0:
             raise ValueError(f"time_limit: expected seconds > 0, got {self.time_limit}")
 
@@ -127,12 +138,25 @@ def plan(inst: Instance, layout: Layout, opts: LoopOptions) -> list[Planned]:
     return out
 
 
-def _limit_from_1f1b(inst: Instance) -> float:
-    """The simulated 1F1B peak (MiB, max over devices) on a v = 1 instance."""
+def memory_limit(policy: str | float, instances: dict[str, Instance]) -> tuple[float | None, str]:
+    """(limit in MiB per device or None, how it was chosen), per the module docstring."""
     from zbsolve.baselines import generate
     from zbsolve.simulate import simulate
 
-    return max(simulate(inst, generate("1f1b", inst)).peak_memory)
+    if isinstance(policy, (int, float)):
+        return policy / MIB, "--memory-limit"
+    if policy == "none":
+        return None, "none"
+    if policy == "1f1b":
+        inst = instances[LAYOUTS[0].name]
+        return max(simulate(inst, generate("1f1b", inst)).peak_memory), "1F1B's simulated peak"
+    peaks = []
+    for layout in LAYOUTS:
+        inst = instances[layout.name]
+        for name in layout.schedules:
+            if name != "zbsolve":
+                peaks.append(max(simulate(inst, generate(name, inst)).peak_memory))
+    return max(peaks), "largest simulated peak of the hand-made schedules"
 
 
 def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> dict[str, Any]:
@@ -145,6 +169,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
     from zbsolve.runtime.runner import Job, RunOptions
 
     opts.check()
+    load_before = os.getloadavg()
     out = Path(out_dir)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     p2p = measure_p2p((cfg.microbatch_size, cfg.seq, cfg.hidden), "float32",
@@ -159,12 +184,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
                       command=command)
         runs[layout.name] = run
         instances[layout.name] = load_instance(instance_dict(run, opts.round_digits))
-    if opts.memory_limit_bytes is not None:
-        limit_mib = opts.memory_limit_bytes / MIB
-        limit_source = "--memory-limit"
-    else:
-        limit_mib = _limit_from_1f1b(instances[LAYOUTS[0].name])
-        limit_source = "simulated 1F1B peak on the v=1 layout"
+    limit_mib, limit_source = memory_limit(opts.memory_limit, instances)
     planned: list[Planned] = []
     for layout in LAYOUTS:
         inst = instances[layout.name].with_(limit=limit_mib)
@@ -185,7 +205,9 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
     rows = [row_of(p) for p in planned]
     summary = {
         "command": command,
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s)",
+        "load_average_1m": {"before": round(load_before[0], 2),
+                            "after": round(os.getloadavg()[0], 2)},
         "device": opts.device,
         "backend": backend,
         "torch": str(torch.__version__),
@@ -210,6 +232,7 @@ def row_of(p: Planned) -> dict[str, Any]:
     ok = bool(p.reports) and all(r["ok"] for r in p.reports)
     measured = statistics.median(steps) if steps else float("nan")
     peaks = [max(r["peak_activation_bytes"]) / MIB for r in p.reports]
+    units = [r["timing"]["unit_ms"] for r in p.reports if "timing" in r]
     return {
         "layout": p.layout,
         "schedule": p.schedule,
@@ -220,6 +243,7 @@ def row_of(p: Planned) -> dict[str, Any]:
         "measured_max_ms": max(steps) if steps else float("nan"),
         "measured_over_predicted": measured / p.predicted_ms if p.predicted_ms else float("nan"),
         "runs": len(steps),
+        "compute_ratio": statistics.median(units) if units else float("nan"),
         "predicted_bubble": p.predicted_bubble,
         "predicted_peak_mib": p.predicted_peak_mib,
         "measured_peak_mib": max(peaks) if peaks else float("nan"),
@@ -241,17 +265,23 @@ def _fmt(v: Any) -> str:
 def markdown(summary: dict[str, Any]) -> str:
     rows = summary["rows"]
     cols = list(rows[0])
+    mib = summary["memory_limit_mib"]
+    limit = "none" if mib is None else f"{mib:.4f} MiB"
     lines = [
         "# Closed loop: profile -> solve -> export -> run",
         "",
         f"Command: `{summary['command']}`",
         "",
         f"Model {summary['model']}; device {summary['device']} ({summary['backend']}), torch "
-        f"{summary['torch']}; memory limit {summary['memory_limit_mib']:.4f} MiB per device "
-        f"({summary['memory_limit_source']}); one-way P2P {summary['comm_ms']['median']:.4f} ms.",
+        f"{summary['torch']}; memory limit {limit} per device ({summary['memory_limit_source']}); "
+        f"one-way P2P {summary['comm_ms']['median']:.4f} ms. Machine {summary['machine']}, "
+        f"1-minute load average {summary['load_average_1m']['before']} before, "
+        f"{summary['load_average_1m']['after']} after (other jobs share it: timings are noisy).",
         "Predicted = simulator makespan on the profiled instance (ms); measured = the runner's "
         "step time of the last of each run's optimizer steps, median over runs (min..max "
-        "beside it); peak memory: simulator vs the runner's tracked activation bytes.",
+        "beside it); compute_ratio = the run's total op time / the profile's (1 = the profile "
+        "predicted the ops; the rest of the gap is hand-offs and waiting); peak memory: "
+        "simulator vs the runner's tracked activation bytes.",
         "",
         "| " + " | ".join(cols) + " |",
         "| " + " | ".join("---" for _ in cols) + " |",
