@@ -45,8 +45,9 @@ class WeightGradSink:
 
     def run(self) -> None:
         tasks, self.tasks = self.tasks, []
-        for task in tasks:
-            task()
+        with torch.no_grad():  # W builds no graph: it is the end of the line
+            for task in tasks:
+                task()
         self.nbytes = 0
 
     def __len__(self) -> int:
@@ -87,6 +88,7 @@ class _LinearFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
+        x = x.detach()  # W needs the values only, not the (freed) graph behind them
         bias_param = ctx.bias_param
         grad_x = grad.matmul(weight) if ctx.needs_input_grad[0] else None
         weight_param = ctx.weight_param
@@ -113,6 +115,7 @@ class _ScaleShiftFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         xhat, weight = ctx.saved_tensors
+        xhat = xhat.detach()
         weight_param, bias_param = ctx.weight_param, ctx.bias_param
 
         def weight_grads() -> None:

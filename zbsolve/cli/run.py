@@ -1,0 +1,178 @@
+"""``zbsolve run TABLE --model gpt-tiny``: execute an executor table on a real model, prove the
+gradients against a single-process reference, and measure the timeline.
+
+Spawns one local process per rank, or, under torchrun (RANK/WORLD_SIZE set), runs as the rank
+torchrun made it. torch is imported inside the handler only.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from zbsolve.cli.common import add_json, print_json
+
+EXIT_MISMATCH = 1
+EXIT_RANK_FAILED = 3
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "run", help="run an executor table on a GPT model with torch.distributed; prove gradients")
+    parser.add_argument("table", help="executor table JSON (zbsolve export --format executor)")
+    parser.add_argument("--model", default="gpt-tiny",
+                        help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default gpt-tiny)")
+    for name in ("layers", "hidden", "heads", "seq", "vocab"):
+        parser.add_argument(f"--{name}", type=int, help=f"override the preset's {name}")
+    parser.add_argument("--microbatch-size", type=int, help="sequences per microbatch")
+    parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
+    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"),
+                        help="P2P backend (default: nccl with one GPU per rank, else gloo)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the model runs (default: cuda if available)")
+    parser.add_argument("--engine", choices=("ours", "torch"), default="ours",
+                        help="ours: this runtime; torch: torch's _PipelineScheduleRuntime "
+                             "from our torch CSV")
+    parser.add_argument("--nproc", type=int,
+                        help="local ranks to spawn (default: the table's rank count)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds before a P2P or collective wait fails (default 120)")
+    parser.add_argument("--rtol", type=float, default=1e-5,
+                        help="relative tolerance of the gradient check (default 1e-5)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per rank")
+    parser.add_argument("--trace", help="write the measured vs predicted Perfetto trace here")
+    add_json(parser)
+    parser.set_defaults(handler=handle)
+
+
+def _plan_device(args, world: int) -> tuple[str, str, str]:
+    """(device, backend, note): one GPU per rank -> NCCL; fewer GPUs -> gloo, correctness only."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = args.device
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    if device == "cuda" and not gpus:
+        raise ValueError("--device cuda: torch sees no CUDA device; use --device cpu")
+    backend = args.backend or ("nccl" if device == "cuda" and gpus >= world else "gloo")
+    if backend == "nccl" and device != "cuda":
+        raise ValueError("--backend nccl needs --device cuda (NCCL moves GPU tensors only)")
+    if backend == "nccl" and gpus < world:
+        raise ValueError(
+            f"--backend nccl needs one GPU per rank: {world} ranks, {gpus} GPU(s) here; use "
+            "--backend gloo (shares the GPU, CPU-staged P2P: a correctness run, not a timing run)")
+    note = "timing run"
+    if device == "cuda" and backend == "gloo":
+        note = "correctness run (ranks share GPUs, P2P staged through the CPU): timings not representative"
+    elif device == "cpu":
+        note = "CPU run (gloo): correctness; timings are CPU timings"
+    return device, backend, note
+
+
+def handle(args) -> int:
+    import os
+    import tempfile
+
+    from zbsolve.export.executor import instance_of, load_table, schedule_from_table
+    from zbsolve.export.p2p_check import require_safe
+    from zbsolve.runtime.launch import RankFailed, in_torchrun, run_jobs
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.reference import DEFAULT_LR
+    from zbsolve.runtime.runner import Job, RunOptions, check_table
+    from zbsolve.simulate import simulate
+
+    if args.steps < 1:
+        raise ValueError(f"--steps: expected >= 1, got {args.steps}")
+    table = load_table(args.table)
+    # Before anything runs: the compute order is a valid schedule and the P2P cannot deadlock.
+    simulate(instance_of(table), schedule_from_table(table))
+    require_safe(table, modes=("batched",))
+    cfg = GPTConfig.preset(
+        args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
+        vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed)
+    world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
+    check_table(table, world, cfg)
+    device, backend, note = _plan_device(args, world)
+    opts = RunOptions(backend=backend, device=device, steps=args.steps,
+                      lr=DEFAULT_LR if args.lr is None else args.lr, timeout_s=args.timeout,
+                      rtol=args.rtol, threads=args.threads)
+    with tempfile.TemporaryDirectory(prefix="zbsolve-run-csv-") as tmp:
+        csv_path = None
+        if args.engine == "torch":
+            from zbsolve.runtime.torch_engine import write_csv_for
+
+            csv_path = os.path.join(tmp, f"{table.schedule_name}.csv")
+            write_csv_for(table, csv_path)
+        job = Job(table.to_dict(), cfg.to_dict(), engine=args.engine, torch_csv=csv_path,
+                  trace=os.path.abspath(args.trace) if args.trace else None,
+                  label=table.schedule_name)
+        try:
+            reports = run_jobs([job], world, opts)
+        except RankFailed as exc:
+            print(f"zbsolve run: error: {exc}", file=sys.stderr)
+            return EXIT_RANK_FAILED
+    if not reports:  # a non-zero rank under torchrun: rank 0 reports
+        return 0
+    report = reports[0]
+    report["note"] = note
+    report["model_preset"] = args.model
+    verdict = verdict_line(report)
+    if args.json:
+        print_json(report)
+        print(verdict, file=sys.stderr)
+    else:
+        print_report(report)
+        print(verdict)
+    return 0 if report["ok"] else EXIT_MISMATCH
+
+
+def verdict_line(report: dict) -> str:
+    n = report["checked"]
+    what = (f"loss, gradients and parameters over {report['steps']} step(s) ({n} tensors "
+            "compared with the single-process reference)")
+    if report["ok"]:
+        return (f"PASS: {what}; largest relative difference {report['max_rel_diff']:.3g} "
+                f"<= rtol {report['rtol']:g}")
+    if report["missing"]:
+        return f"FAIL: {what}; missing {', '.join(report['missing'][:5])}"
+    return (f"FAIL: {what}; largest relative difference {report['max_rel_diff']:.3g} "
+            f"> rtol {report['rtol']:g} at {report['worst']}")
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def print_report(r: dict) -> None:
+    m = r["model"]
+    print(f"{r['schedule']} on {r['ranks']} ranks ({r['backend']}, {r['device']}), "
+          f"{r['stages']} stages, m={r['microbatches']}, engine {r['engine']}, {r['steps']} steps "
+          f"- {r['note']}")
+    print(f"model {r['model_preset']}: layers {m['layers']}, hidden {m['hidden']}, heads "
+          f"{m['heads']}, seq {m['seq']}, vocab {m['vocab']}, microbatch size "
+          f"{m['microbatch_size']}")
+    print(f"loss per step {[round(x, 6) for x in r['losses']]} (reference "
+          f"{[round(x, 6) for x in r['reference_losses']]})")
+    t = r["timing"]
+    print(f"step {t['step']}: measured {t['step_ms']:.3f} ms, predicted makespan "
+          f"{t['predicted_makespan']:g} (instance units)")
+    if t.get("mean_ms"):
+        means = "  ".join(f"{k} {v:.3f}" for k, v in t["mean_ms"].items())
+        print(f"mean op time (ms): {means}")
+        print(f"calibration: 1 instance unit = {t['unit_ms']:.4g} ms (measured compute / "
+              "predicted compute)")
+        print("measured/predicted, raw: " + "  ".join(
+            f"{k} {v:.3g}" for k, v in t["ratio_raw"].items()))
+        print("measured/predicted, calibrated: " + "  ".join(
+            f"{k} {v:.3g}" for k, v in t["ratio_calibrated"].items()))
+        print(f"time waiting for received payloads (all ranks): {t['wait_ms_total']:.3f} ms")
+    peaks = ", ".join(f"{b / 2**20:.3f}" for b in r["peak_activation_bytes"])
+    print(f"peak tracked activation memory per rank (MiB): {peaks}; predicted peaks "
+          f"{r['predicted'].get('peak_memory')} (instance units)")
+    if any(x is not None for x in r["cuda_max_memory_allocated"]):
+        cuda = ", ".join(f"{(x or 0) / 2**20:.1f}" for x in r["cuda_max_memory_allocated"])
+        print(f"torch.cuda.max_memory_allocated per rank (MiB): {cuda}")
+    if r.get("trace"):
+        print(f"trace: {r['trace']} (open in https://ui.perfetto.dev)")
