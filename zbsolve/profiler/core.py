@@ -23,7 +23,7 @@ from zbsolve.runtime.iw_split import StageRunner
 from zbsolve.runtime.model import GPTConfig, build_stage_modules, layer_split, lm_loss
 
 
-def _inputs(cfg: GPTConfig, stage: int, n_stages: int, device: torch.device,
+def _inputs(cfg: GPTConfig, stage: int, n_stages: int,
             gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(stage input, targets on the last stage, output gradient elsewhere) of one microbatch."""
     b, s, h = cfg.microbatch_size, cfg.seq, cfg.hidden
@@ -34,8 +34,7 @@ def _inputs(cfg: GPTConfig, stage: int, n_stages: int, device: torch.device,
     last = stage == n_stages - 1
     targets = torch.randint(0, cfg.vocab, (b, s), generator=gen) if last else None
     grad = None if last else torch.randn(b, s, h, generator=gen) * 1e-3
-    return (x.to(device), None if targets is None else targets.to(device),
-            None if grad is None else grad.to(device))
+    return x, targets, grad
 
 
 @dataclass
@@ -54,17 +53,25 @@ def _sample(cfg: GPTConfig, st: _StageState, n_stages: int, mb: int, watch: Stop
     """One microbatch through F, I, W of one stage: times and memory deltas."""
     runner = st.runner
     cuda = device.type == "cuda"
-    x, targets, grad = _inputs(cfg, runner.index, n_stages, device, st.gen)
-    if cuda:
-        torch.cuda.synchronize(device)
 
     def mem() -> int:
         return torch.cuda.memory_allocated(device) if cuda else runner.memory.current
 
+    # On CUDA the deltas are taken around the arrival of the inputs, as on a pipeline device:
+    # the received activation counts for F (the graph keeps it), the received output gradient
+    # for I (the W store keeps it), so it is created only after F.
     before = mem()
+    x, targets, grad_cpu = _inputs(cfg, runner.index, n_stages, st.gen)
+    x = x.to(device)
+    targets = None if targets is None else targets.to(device)
+    if cuda:
+        torch.cuda.synchronize(device)
     t_f, out = watch.time(partial(runner.forward, mb, x, targets))
     del out, x  # handed on: the runner keeps its own reference when the backward needs it
     after_f = mem()
+    grad = None if grad_cpu is None else grad_cpu.to(device)
+    if cuda:
+        torch.cuda.synchronize(device)
     t_i, grad_in = watch.time(partial(runner.backward_input, mb, grad))
     del grad_in, grad  # handed upstream
     after_i = mem()
