@@ -261,3 +261,27 @@ def test_cli_runs_a_table_and_refuses_a_mismatch(tmp_path):
     slices = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in slices} == {0, 1}  # measured and predicted
     assert {e["name"] for e in slices if e["pid"] == 1} >= {"0F0", "1I3", "0W3"}
+
+
+def test_iw_split_does_the_backward_once():
+    """FLOPs of I + W equal the FLOPs of one vanilla backward: nothing is computed twice, and W
+    is exactly the weight-gradient matmuls (as many FLOPs as the forward's matmuls)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = small_cfg(2).with_(layers=2)
+    runner = StageRunner(build_stage_modules(cfg, 1)[0], 0, 1, lm_loss, 1.0)
+    tokens, targets = make_batch(cfg, 1)
+    counters = {}
+    for name, call in (("F", lambda: runner.forward(0, tokens, targets)),
+                       ("I", lambda: runner.backward_input(0)),
+                       ("W", lambda: runner.backward_weight(0))):
+        with FlopCounterMode(display=False) as counter:
+            call()
+        counters[name] = counter.get_total_flops()
+    loss = lm_loss(GPT(cfg)(tokens), targets)
+    with FlopCounterMode(display=False) as full:
+        loss.backward()
+    assert counters["I"] + counters["W"] == full.get_total_flops()
+    linear_flops = 2 * cfg.microbatch_size * cfg.seq * (
+        cfg.layers * 12 * cfg.hidden**2 + cfg.hidden * cfg.vocab)
+    assert counters["W"] == linear_flops

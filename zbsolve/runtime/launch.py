@@ -49,10 +49,9 @@ def _device_for(rank: int, opts: RunOptions) -> torch.device:
     if not torch.cuda.is_available():
         raise RuntimeError("--device cuda asked for, but torch sees no CUDA device")
     local = int(os.environ.get("LOCAL_RANK", rank))
-    if opts.backend == "nccl":
-        index = local % torch.cuda.device_count()
-    else:  # gloo on GPUs: share them round-robin (one GPU: all ranks on cuda:0)
-        index = local % torch.cuda.device_count()
+    # NCCL: one GPU per rank (checked by the CLI); gloo: ranks share the GPUs round-robin
+    # (one GPU: every rank on cuda:0, payloads staged through the CPU)
+    index = local % torch.cuda.device_count()
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
 
@@ -64,6 +63,9 @@ def _init(rank: int, world: int, opts: RunOptions) -> torch.device:
         raise ValueError("backend nccl needs --device cuda (NCCL moves GPU tensors only)")
     torch.set_num_threads(opts.threads)
     device = _device_for(rank, opts)
+    if device.type == "cuda":  # fp32 means fp32: the check is at rtol 1e-5
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     kwargs: dict[str, Any] = {}
     if opts.backend == "nccl":
         kwargs["device_id"] = device

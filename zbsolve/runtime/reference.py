@@ -34,21 +34,26 @@ def make_optimizer(params, lr: float = DEFAULT_LR) -> torch.optim.Optimizer:
 
 
 def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
-                  lr: float = DEFAULT_LR) -> ReferenceRun:
-    model = GPT(cfg)
+                  lr: float = DEFAULT_LR, device: str | torch.device = "cpu") -> ReferenceRun:
+    """``device``: where to compute (the pipeline's device, so a GPU run is not checked
+    against hours of CPU work); results come back on the CPU."""
+    model = GPT(cfg).to(device)
     opt = make_optimizer(model.parameters(), lr)
     records = []
     for step in range(steps):
         tokens, targets = make_batch(cfg, microbatches, step)
         opt.zero_grad(set_to_none=True)
-        loss = lm_loss(model(tokens), targets)
+        loss = lm_loss(model(tokens.to(device)), targets.to(device))
         loss.backward()
         records.append(StepRecord(
             float(loss.detach()),
-            {n: p.grad.detach().clone() for n, p in model.named_parameters()},
+            {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()},
         ))
         opt.step()
-    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    params = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    del model, opt
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
     return ReferenceRun(records, params)
 
 

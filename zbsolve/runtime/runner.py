@@ -267,10 +267,10 @@ def _merge(gathered: list[dict[str, Any]], n_steps: int, m: int):
 _REFERENCE_CACHE: dict[tuple, Any] = {}
 
 
-def _reference(cfg: GPTConfig, m: int, opts: RunOptions):
-    key = (cfg, m, opts.steps, opts.lr)
+def _reference(cfg: GPTConfig, m: int, opts: RunOptions, device: torch.device):
+    key = (cfg, m, opts.steps, opts.lr, str(device))
     if key not in _REFERENCE_CACHE:
-        _REFERENCE_CACHE[key] = run_reference(cfg, m, opts.steps, opts.lr)
+        _REFERENCE_CACHE[key] = run_reference(cfg, m, opts.steps, opts.lr, device)
     return _REFERENCE_CACHE[key]
 
 
@@ -298,7 +298,7 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         return None
     assert gathered is not None and all_timings is not None
     records, params = _merge(gathered, ctx.opts.steps, table.microbatches)
-    ref = _reference(cfg, table.microbatches, ctx.opts)
+    ref = _reference(cfg, table.microbatches, ctx.opts, ctx.device)
     cmp: Comparison = compare(records, params, ref)
     flat = [Timing(**d) for per_rank in all_timings for d in per_rank]
     last = ctx.opts.steps - 1
