@@ -285,14 +285,12 @@ def default_variants(inst: Instance) -> list[GreedyParams]:
     """The variants worth trying; fewer on very large instances (each run is a full pass)."""
     big = 3 * inst.stages * inst.microbatches > 20000
     caps: list[float | None] = [None, 1.0, 2.0] if big else [None, 1.0, 1.5, 2.0]
-    out = []
-    for cap in caps:
-        for w_policy in ("fit", "fill"):
-            for hold_f in (0.0, 0.3) if big else (0.0, 0.3, 0.5):
-                out.append(GreedyParams(cap=cap, w_policy=w_policy, hold_f=hold_f))
+    holds = (0.0,) if big else (0.0, 0.3, 0.5)
+    out = [GreedyParams(cap=cap, w_policy=w, hold_f=h)
+           for cap in caps for w in ("fit", "fill") for h in holds]
     if inst.chunks > 1:
-        for i_pick, f_pick in (("deep", "mb"), ("mb", "shallow"), ("deep", "deep")):
-            out.append(GreedyParams(w_policy="fit", i_pick=i_pick, f_pick=f_pick))
+        picks = (("deep", "mb"),) if big else (("deep", "mb"), ("mb", "shallow"), ("deep", "deep"))
+        out += [GreedyParams(w_policy="fit", i_pick=i, f_pick=f) for i, f in picks]
         out += [GreedyParams(w_policy="fit", reserve=False),
                 GreedyParams(w_policy="fit", i_pick="deep", reserve=False)]
     return out

@@ -115,6 +115,8 @@ def mb_cut(orders: list[list[Op]], sim: SimResult, j: int) -> list[int]:
     """Per device, where the backward wave of microbatch j passes: the index of its first op that
     starts at or after I(lowest stage of the device, j). A diagonal through time that follows
     the pipeline (a vertical time cut would split the long cool-down of the first devices)."""
+    if j <= 0:
+        return [0] * len(orders)
     out = []
     for row in orders:
         if j >= max((op.mb for op in row), default=-1) + 1:
@@ -166,8 +168,17 @@ def _solve_window(
         for pred, delay in deps(si, op):
             if pred in in_win:
                 model.add(start[op] >= start[pred] + dur[pred] + int(round(delay)))
+    per_device = objective == "span"
+    tails = _post_tails(si, orders, sim, hi_cut, per_device)
+    lead = _first_heads(si) if per_device else [0] * p
+    top = int(round(objective_value(sim, objective))) + horizon
+    z = model.new_int_var(0, top, "z")
+    reach = [model.new_int_var(0, top + max(lead), f"reach{d}") for d in range(p)]
+    for e in range(p):
+        model.add(z >= reach[e] - lead[e])
+    for e, v in _fixed_reach(si, orders, sim, split, in_win, tails).items():
+        model.add(reach[e] >= v)
     terms = []
-    z = model.new_int_var(0, 4 * horizon + int(round(objective_value(sim, objective))), "z")
     for d in range(p):
         i, j = split[d]
         ops = orders[d][i:j]
@@ -179,14 +190,27 @@ def _solve_window(
         end_d = model.new_int_var(0, horizon, f"end{d}")
         for o in ops:
             model.add(end_d >= start[o] + dur[o])
-        inc_end = int(round(sim.end[ops[-1]]))
-        tail = int(round(sim.end[orders[d][-1]])) - inc_end
-        first = int(round(sim.start[orders[d][0]]))
-        model.add(z >= end_d + tail - (first if objective == "span" else 0))
         terms.append(end_d)
-        _window_memory(model, si, d, orders[d][:i], ops, start, dur)
+        model.add_hint(end_d, int(round(max(sim.end[o] for o in ops))))
+        for o in ops:  # exits through the DAG into the fixed part after the window
+            for e, extra in _exit_vector(si, o, tails).items():
+                model.add(reach[e] >= start[o] + dur[o] + extra)
+        if j < len(orders[d]):  # the device's next fixed op waits for all its window ops
+            for e, extra in tails[orders[d][j]].items():
+                model.add(reach[e] >= end_d + extra)
+        else:
+            model.add(reach[d if per_device else 0] >= end_d)
+        _window_memory(model, si, d, orders[d][:i], ops, start, dur, horizon)
         for o in ops:
             model.add_hint(start[o], int(round(sim.start[o])))
+    # A complete hint (aux variables too): CP-SAT then starts from the incumbent at once.
+    if per_device:
+        inc_reach = [int(round(sim.end[row[-1]])) if row else 0 for row in orders]
+    else:
+        inc_reach = [int(round(sim.makespan))] + [0] * (p - 1)
+    for e in range(p):
+        model.add_hint(reach[e], inc_reach[e])
+    model.add_hint(z, max(r - f for r, f in zip(inc_reach, lead)))
     model.minimize(len(terms) * z + sum(terms))
     solver = cp_model.CpSolver()
     prm = solver.parameters
@@ -204,39 +228,132 @@ def _solve_window(
     return new, code == cp_model.OPTIMAL, len(win)
 
 
-def _window_memory(model, si: Instance, d: int, before: Sequence[Op], ops: Sequence[Op],
-                   start: dict, dur: dict) -> None:
-    """Reservoir of the window's memory events on device d, from its level after ``before``.
+def _first_heads(si: Instance) -> list[int]:
+    """Per device, the DAG-earliest start of its first forward: where its span is measured from
+    (the convention of ``zbsolve.solver.api``); a device can start no earlier."""
+    from zbsolve.dag import earliest_starts
 
-    Every op before the window ends before any window op of d starts, so their net effect is a
-    constant initial level; the window itself only reorders, so the level after it is unchanged.
+    est = earliest_starts(si)
+    return [int(round(est[Op("F", min(si.stages_of(d)), 0)])) for d in range(si.devices)]
+
+
+def _succs(si: Instance, op: Op) -> list[tuple[Op, float]]:
+    """DAG successors with their hand-off delay (the mirror of ``zbsolve.dag.deps``)."""
+    kind, s, mb = op
+    if kind == "F":
+        if s + 1 < si.stages:
+            return [(Op("F", s + 1, mb), si.hop(s, s + 1))]
+        return [(Op("I", s, mb), 0.0)]
+    if kind == "I":
+        out = [(Op("W", s, mb), 0.0)]
+        if s > 0:
+            out.append((Op("I", s - 1, mb), si.hop(s, s - 1)))
+        return out
+    return []
+
+
+def _post_tails(si: Instance, orders: list[list[Op]], sim: SimResult, hi_cut: list[int],
+                per_device: bool) -> dict[Op, dict[int, int]]:
+    """For every op after the window: the longest path from its start to the end of each device
+    (``per_device``, for span) or of the schedule (key 0, makespan), through the fixed orders.
+
+    With the orders after the window fixed, the simulator's ASAP timing makes every device end
+    = max over the window's exits of (exit end + delay + this tail): the window objective is then
+    exact, not an estimate.
+    """
+    nxt: dict[Op, Op] = {}
+    post: list[Op] = []
+    for row, cut in zip(orders, hi_cut):
+        tail_ops = row[cut:]
+        post.extend(tail_ops)
+        nxt.update(zip(tail_ops, tail_ops[1:]))
+    tails: dict[Op, dict[int, int]] = {}
+    for q in sorted(post, key=lambda o: -sim.start[o]):
+        best: dict[int, int] = {}
+        cands = [(r, c) for r, c in _succs(si, q) if r in tails]
+        if q in nxt:
+            cands.append((nxt[q], 0.0))
+        for r, c in cands:
+            for e, v in tails[r].items():
+                best[e] = max(best.get(e, -1), int(round(c)) + v)
+        dq = int(round(si.duration(q.kind, q.stage)))
+        out = {e: dq + v for e, v in best.items()}
+        if q not in nxt:  # the last op of its device ends that device
+            key = si.placement[q.stage] if per_device else 0
+            out[key] = max(out.get(key, 0), dq)
+        tails[q] = out
+    return tails
+
+
+def _exit_vector(si: Instance, o: Op, tails: dict[Op, dict[int, int]]) -> dict[int, int]:
+    """How far past the end of window op ``o`` each device's end (key) lies, through its DAG
+    successors in the fixed part after the window."""
+    out: dict[int, int] = {}
+    for r, c in _succs(si, o):
+        for e, v in tails.get(r, {}).items():
+            out[e] = max(out.get(e, -1), int(round(c)) + v)
+    return out
+
+
+def _fixed_reach(si: Instance, orders: list[list[Op]], sim: SimResult,
+                 split: list[tuple[int, int]], in_win: set[Op],
+                 tails: dict[Op, dict[int, int]]) -> dict[int, int]:
+    """The part of each device's end that the window cannot change: paths that enter the fixed
+    part after the window from the fixed part before it."""
+    out: dict[int, int] = {}
+
+    def take(base: float, r: Op, c: float) -> None:
+        for e, v in tails[r].items():
+            out[e] = max(out.get(e, 0), int(round(base + c)) + v)
+
+    for d, row in enumerate(orders):
+        i, j = split[d]
+        for o in row[:i]:
+            for r, c in _succs(si, o):
+                if r in tails:
+                    take(sim.end[o], r, c)
+        if i == j and j < len(row):  # no window op on d: its fixed parts touch directly
+            take(sim.end[row[i - 1]] if i > 0 else 0.0, row[j], 0.0)
+    return out
+
+
+def _window_memory(model, si: Instance, d: int, before: Sequence[Op], ops: Sequence[Op],
+                   start: dict, dur: dict, horizon: int) -> None:
+    """Memory of device d inside the window as a cumulative over activation lifetimes.
+
+    A lifetime runs from F's start to the end of the op that frees it (I frees activation-weight,
+    W frees weight). Lifetimes that began before the window start at 0; those that end after it
+    run to the horizon; those spanning the whole window only lower the capacity. Measured faster
+    here than a reservoir, whose expansion made CP-SAT's presolve eat the whole window budget.
     """
     limit = si.limit[d]
     if limit is None:
         return
     act, wgt = si.activation, si.weight
-
-    def effect(o: Op) -> float:
-        if o.kind == "F":
-            return act[o.stage]
-        if o.kind == "I":
-            return -(act[o.stage] - wgt[o.stage])
-        if o.kind == "B":
-            return -act[o.stage]
-        return -wgt[o.stage]
-
-    level0 = int(round(sum(effect(o) for o in before)))
-    alloc = sum(int(round(act[o.stage])) for o in ops if o.kind == "F")
-    if level0 + alloc <= limit + TOL:
+    in_win = set(ops)
+    started = {(o.stage, o.mb) for o in before if o.kind == "F"}
+    started |= {(o.stage, o.mb) for o in ops if o.kind == "F"}
+    done = {(o.kind, o.stage, o.mb) for o in before if o.kind != "F"}
+    constant = 0
+    intervals, demands = [], []
+    for s, mb in started:
+        f = Op("F", s, mb)
+        for kind, demand in (("I", int(round(act[s] - wgt[s]))), ("W", int(round(wgt[s])))):
+            if demand <= 0 or (kind, s, mb) in done:
+                continue
+            freer = Op(kind, s, mb)
+            if f not in in_win and freer not in in_win:
+                constant += demand  # alive through the whole window
+                continue
+            lo = start[f] if f in in_win else 0
+            hi = start[freer] + dur[freer] if freer in in_win else horizon
+            size = model.new_int_var(0, horizon, f"life{kind}{f}")
+            intervals.append(model.new_interval_var(lo, size, hi, f"mem{kind}{f}"))
+            demands.append(demand)
+    cap = int(math.floor(limit + TOL)) - constant
+    if sum(demands) <= cap:
         return  # cannot bind inside this window
-    times, changes = [0], [level0]
-    for o in ops:
-        e = int(round(effect(o)))
-        if e == 0:
-            continue
-        times.append(start[o] if o.kind == "F" else start[o] + dur[o])
-        changes.append(e)
-    model.add_reservoir_constraint(times, changes, 0, int(math.floor(limit + TOL)))
+    model.add_cumulative(intervals, demands, cap)
 
 
 # ---------------------------------------------------------------------- the search

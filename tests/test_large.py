@@ -1,0 +1,92 @@
+"""Rolling-window LNS: never worse than its start, always valid, improves an obviously bad start."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from zbsolve.dag import deps
+from zbsolve.instance import load_instance
+from zbsolve.simulate import simulate, validate
+from zbsolve.solver.bounds import serial_schedule
+from zbsolve.solver.heuristic import heuristic_schedule
+from zbsolve.solver.large import LNSConfig, closed_cut, improve, mb_cut, quick_bound, solve_large
+
+CFG = LNSConfig(workers=1, seed=0, window_time=1.0, window_ops=120)
+
+
+def small(limit=None, p=3, m=4, v=1, comm=0.0, weight=0.5):
+    return load_instance({
+        "name": "s", "devices": p, "microbatches": m, "chunks": v,
+        "placement": "v" if v == 2 else "loop",
+        "times": {"F": 1.0, "I": 1.5, "W": 0.5}, "comm": comm,
+        "memory": {"activation": 1, "weight": weight, "limit": limit},
+    })
+
+
+def test_improves_a_serial_start_and_stays_valid():
+    inst = small(limit=3.0)
+    start = serial_schedule(inst)
+    before = simulate(inst, start).makespan
+    sched, result, stats = improve(inst, start, "makespan", 4.0, config=CFG)
+    validate(inst, sched)
+    assert result.makespan < before - 1.0
+    assert stats.accepted >= 1 and stats.windows >= 1
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+def test_never_worse_than_the_start(objective):
+    inst = small(limit=4.0, p=4, m=6, v=2, comm=0.2)
+    start, start_sim = heuristic_schedule(inst, objective)
+    sched, result, _ = improve(inst, start, objective, 2.0, config=CFG)
+    validate(inst, sched)
+    value = result.makespan if objective == "makespan" else result.max_span
+    ref = start_sim.makespan if objective == "makespan" else start_sim.max_span
+    assert value <= ref + 1e-9
+
+
+def test_memory_limit_is_respected_under_search():
+    inst = small(limit=2.0, p=2, m=5, weight=0.25)
+    sched, result, _ = improve(inst, serial_schedule(inst), "makespan", 3.0, config=CFG)
+    assert max(validate(inst, sched).peak_memory) <= 2.0 + 1e-9
+
+
+def test_stops_at_the_bound():
+    inst = small(p=2, m=3)  # unlimited memory: heuristic is optimal = bound
+    start, _ = heuristic_schedule(inst)
+    _, _, stats = improve(inst, start, "makespan", 10.0, config=CFG,
+                          bound=simulate(inst, start).makespan)
+    assert stats.windows == 0
+
+
+def test_cuts_are_predecessor_closed():
+    inst = small(limit=3.0, p=3, m=6, v=2, comm=0.1)
+    sched, sim = heuristic_schedule(inst)
+    orders = [list(r) for r in sched.orders]
+    for j in range(inst.microbatches + 1):
+        cut = closed_cut(inst, orders, mb_cut(orders, sim, j))
+        inside = {op for d, row in enumerate(orders) for op in row[:cut[d]]}
+        for op in inside:
+            assert all(q in inside for q, _ in deps(inst, op))
+
+
+def test_solve_large_contract():
+    inst = small(limit=4.0, p=4, m=8, comm=0.1)
+    options = SimpleNamespace(time_limit=3.0, objective="span", workers=1, seed=0, gap=0.0,
+                              progress=False)
+    sched, bound = solve_large(inst, options, [serial_schedule(inst)])
+    result = validate(inst, sched)
+    assert bound == pytest.approx(quick_bound(inst, "span"))
+    assert bound <= result.max_span + 1e-9
+    info = sched.meta["large"]
+    assert info["start"] == "heuristic"
+    assert info["start_value"] >= result.max_span - 1e-9
+
+
+def test_solve_large_ignores_invalid_hints():
+    inst = small(limit=1.0, p=2, m=3)  # serial fits; a 1F1B-like hint would not
+    bad = serial_schedule(small(limit=None, p=2, m=2))  # wrong microbatch count
+    options = SimpleNamespace(time_limit=1.0, objective="makespan")
+    sched, _ = solve_large(inst, options, [bad])
+    validate(inst, sched)

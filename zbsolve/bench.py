@@ -1,0 +1,331 @@
+"""``zbsolve bench``: the issue's benchmark cases, solved and compared with the published anchors.
+
+Cases (ids are ``family/name``):
+
+* ``iclr-1p``, ``iclr-2p``: the 12 settings of zb_iclr_bubble_rates.csv at limit p·M_B and 2p·M_B,
+  span objective, anchors ZB-1p and ZB-2p;
+* ``zbv``: the 9 settings of zbv_arxiv_bubble_rates.csv (2 chunks, V placement, 1F1B memory 2p
+  chunk activations), anchor ZB-V;
+* ``vmin``, ``vhalf``: vshape_unit_cost.csv at unit cost, limit = the published V-Min / V-Half
+  peak, anchors V-Min / V-Half;
+* ``small``: instances of <= 800 ops that should be proven optimal (gap <= 0.1%) within 60 s;
+* ``large``: p=32, m=256 (one and two chunks), makespan, goal <= 1% above the lower bound in 120 s.
+
+Anchors are step times recovered from the published bubble rates, T = work / (1 - bubble) with
+work = one device's m·(F+I+W) (all devices equal in these settings). The rates are printed with
+4 decimals, so "meets" allows the rounding (bubble + 0.00005), nothing more.
+
+Every case runs ``zbsolve.solver.solve`` hinted with the greedy heuristic (its time counts in the
+solve time); the figures are the simulator's. One command runs everything; results go to
+``results/bench/`` as CSV + markdown with the exact command line and the machine's load.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zbsolve.instance import Instance, load_instance
+
+REPO = Path(__file__).resolve().parents[1]
+ROUNDING = 0.00005  # half a unit of the 4th decimal of the published bubble rates
+FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large")
+SMALL_INSTANCES = (
+    "seed/teaching-p4-m8.yaml", "seed/teaching-p4-m16.yaml", "seed/teaching-p4-m8-v2.yaml",
+    "seed/teaching-p4-m8-b1.yaml", "seed/teaching-p8-m32.yaml", "vshape/vshape-p4-m8.yaml",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    family: str
+    inst: Instance
+    objective: str
+    time_limit: float
+    anchor: str | None = None  # name of the published schedule compared against
+    anchor_bubble: float | None = None
+    goal: str = ""
+
+    @property
+    def ops(self) -> int:
+        return 3 * self.inst.stages * self.inst.microbatches
+
+    def anchor_time(self, slack: float = 0.0) -> float | None:
+        """The anchor's step time (same metric as the objective) from its bubble rate."""
+        if self.anchor_bubble is None:
+            return None
+        return self.inst.device_work(0) / (1.0 - self.anchor_bubble - slack)
+
+
+def default_reference() -> Path:
+    for cand in (REPO.parent / "shared" / "reference", Path.cwd().parent / "shared" / "reference"):
+        if cand.is_dir():
+            return cand
+    return REPO.parent / "shared" / "reference"
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        raise FileNotFoundError(f"reference table {path} not found; pass --reference DIR")
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def _inst(name: str, p: int, m: int, v: int, F: float, I: float, W: float, comm: float,
+          weight: float, limit: float | None, source: str) -> Instance:
+    return load_instance({
+        "name": name, "devices": p, "microbatches": m, "chunks": v,
+        "placement": "v" if v == 2 else "loop",
+        "times": {"F": F, "I": I, "W": W}, "comm": comm,
+        "memory": {"activation": 1.0, "weight": weight, "limit": limit},
+        "source": source,
+    })
+
+
+def iclr_cases(ref: Path, mult: int, time_limit: float) -> list[Case]:
+    """ZB ICLR table at limit mult·p·M_B; M_W/M_B = 0.366 for 1.5B, 0.432 for the others."""
+    out = []
+    for k, r in enumerate(_rows(ref / "zb_iclr_bubble_rates.csv"), 1):
+        p, m = int(r["p"]), int(r["m"])
+        weight = 0.366 if r["model"] == "1.5B" else 0.432
+        name = f"{r['model'].lower()}-p{p}-m{m}"
+        inst = _inst(name, p, m, 1, float(r["T_F"]), float(r["T_B"]), float(r["T_W"]),
+                     float(r["T_comm"]), weight, float(mult * p),
+                     f"zb_iclr_bubble_rates.csv row {k}")
+        col = f"ZB-{mult}p"
+        out.append(Case(f"iclr-{mult}p/{name}", f"iclr-{mult}p", inst, "span", time_limit,
+                        col, float(r[col]), f"span <= {col}"))
+    return out
+
+
+def zbv_cases(ref: Path, time_limit: float) -> list[Case]:
+    out = []
+    for k, r in enumerate(_rows(ref / "zbv_arxiv_bubble_rates.csv"), 1):
+        p, m = int(r["p"]), int(r["m"])
+        name = f"{r['model'].lower()}-p{p}-m{m}"
+        inst = _inst(name, p, m, 2, float(r["T_F"]), float(r["T_B"]), float(r["T_W"]),
+                     float(r["T_comm"]), 0.432, float(2 * p), f"zbv_arxiv_bubble_rates.csv row {k}")
+        out.append(Case(f"zbv/{name}", "zbv", inst, "span", time_limit, "ZB-V",
+                        float(r["ZB-V"]), "span <= ZB-V"))
+    return out
+
+
+def vshape_cases(ref: Path, time_limit: float) -> list[Case]:
+    """Unit cost; weight 0 (the building blocks count activation from F to B only)."""
+    out = []
+    for k, r in enumerate(_rows(ref / "vshape_unit_cost.csv"), 1):
+        p, m = int(r["p"]), int(r["m"])
+        for fam, col in (("vmin", "V-Min"), ("vhalf", "V-Half")):
+            peak = float(r[f"{col}_peak_chunk_acts"])
+            inst = _inst(f"unit-p{p}-m{m}-{fam}", p, m, 2, 1.0, 1.0, 1.0, 0.0, 0.0, peak,
+                         f"vshape_unit_cost.csv row {k}")
+            out.append(Case(f"{fam}/p{p}-m{m}", fam, inst, "span", time_limit, col,
+                            float(r[col]), f"span <= {col} at its peak {peak:g}"))
+    return out
+
+
+def small_cases(time_limit: float) -> list[Case]:
+    out = []
+    for rel in SMALL_INSTANCES:
+        path = REPO / "instances" / rel
+        if path.exists():
+            inst = load_instance(path)
+            out.append(Case(f"small/{inst.name}", "small", inst, "makespan", time_limit,
+                            goal="optimal (gap <= 0.1%)"))
+    return out
+
+
+def large_cases(ref: Path, time_limit: float) -> list[Case]:
+    """p=32, m=256 at 1F1B memory, one chunk (24,576 ops) and two chunks in V (49,152 ops)."""
+    one = [c for c in iclr_cases(ref, 1, time_limit) if c.inst.p == 32 and c.inst.m == 256]
+    two = [c for c in zbv_cases(ref, time_limit) if c.inst.p == 32 and c.inst.m == 256]
+    return [Case(f"large/{c.inst.name}-v{c.inst.v}", "large", c.inst, "makespan", time_limit,
+                 goal="<= 1% above the lower bound") for c in one + two]
+
+
+def build_cases(ref: Path | None = None, time_limit: float = 20.0, quick: bool = False,
+                small_limit: float = 60.0, large_limit: float = 120.0) -> list[Case]:
+    """All cases; ``quick`` keeps one or two per family with short limits (a smoke run)."""
+    ref = ref or default_reference()
+    if quick:
+        time_limit, small_limit, large_limit = min(time_limit, 5.0), 10.0, 20.0
+    cases = (iclr_cases(ref, 1, time_limit) + iclr_cases(ref, 2, time_limit)
+             + zbv_cases(ref, time_limit) + vshape_cases(ref, time_limit)
+             + small_cases(small_limit) + large_cases(ref, large_limit))
+    if quick:
+        keep = ("iclr-1p/1.5b-p8-m24", "iclr-2p/1.5b-p8-m24", "iclr-2p/6.2b-p8-m64",
+                "zbv/6.2b-p16-m48", "vmin/p4-m8", "vhalf/p8-m16", "small/teaching-p4-m8",
+                "large/28.3b-p32-m256-v1")
+        cases = [c for c in cases if c.id in keep]
+    return cases
+
+
+def select(cases: Sequence[Case], patterns: Sequence[str]) -> list[Case]:
+    """Cases whose id or family matches any pattern (fnmatch, or a plain substring)."""
+    if not patterns:
+        return list(cases)
+    out = []
+    for c in cases:
+        for pat in patterns:
+            if fnmatch.fnmatch(c.id, pat) or fnmatch.fnmatch(c.family, pat) or pat in c.id:
+                out.append(c)
+                break
+    return out
+
+
+# ---------------------------------------------------------------------- running
+def run_case(case: Case, workers: int = 2, seed: int = 0) -> dict[str, Any]:
+    """Heuristic hint, then ``solve``; every figure from the simulator."""
+    from zbsolve.simulate import validate
+    from zbsolve.solver import SolveOptions, solve
+    from zbsolve.solver.heuristic import heuristic_schedule
+
+    t0 = time.perf_counter()
+    inst = case.inst
+    hint, hint_sim = heuristic_schedule(inst, case.objective,
+                                        time_limit=max(1.0, 0.25 * case.time_limit))
+    left = max(0.0, case.time_limit - (time.perf_counter() - t0))
+    options = SolveOptions(time_limit=left, workers=workers, seed=seed,
+                           objective=case.objective)
+    res = solve(inst, options, hints=[hint])
+    sim = validate(inst, res.schedule)
+    wall = time.perf_counter() - t0
+    value = sim.makespan if case.objective == "makespan" else sim.max_span
+    anchor_t = case.anchor_time()
+    row: dict[str, Any] = {
+        "case": case.id, "family": case.family, "p": inst.p, "m": inst.m, "v": inst.v,
+        "ops": case.ops, "limit": inst.limit[0], "objective": case.objective,
+        "status": res.status, "value": value, "makespan": sim.makespan, "span": sim.max_span,
+        "bubble_makespan": sim.bubble_makespan, "bubble_span": sim.bubble_span,
+        "lower_bound": res.lower_bound, "gap": res.gap, "solve_time": wall,
+        "time_limit": case.time_limit, "method": res.schedule.meta.get("solver", {}).get("method"),
+        "source": res.schedule.meta.get("source"), "peak_memory": max(sim.peak_memory),
+        "heuristic": hint_sim.makespan if case.objective == "makespan" else hint_sim.max_span,
+        "baseline": res.baseline, "baseline_value": res.baseline_value,
+        "anchor": case.anchor, "anchor_bubble": case.anchor_bubble, "anchor_T": anchor_t,
+        "ratio": None if anchor_t is None else value / anchor_t, "goal": case.goal,
+    }
+    row["meets"] = meets(case, row)
+    return row
+
+
+def meets(case: Case, row: dict[str, Any]) -> bool:
+    if case.anchor_bubble is not None:
+        return row["value"] <= case.anchor_time(ROUNDING) + 1e-9
+    if case.family == "small":
+        return row["status"] == "optimal" or row["gap"] <= 0.001
+    if case.family == "large":
+        return row["gap"] <= 0.01
+    return True
+
+
+COLUMNS = ("case", "family", "p", "m", "v", "ops", "limit", "objective", "status", "value",
+           "makespan", "span", "bubble_makespan", "bubble_span", "lower_bound", "gap",
+           "solve_time", "time_limit", "method", "source", "peak_memory", "heuristic",
+           "baseline", "baseline_value", "anchor", "anchor_bubble", "anchor_T", "ratio", "goal",
+           "meets")
+
+
+def machine_note() -> str:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+    return (f"{platform.node()}: {os.cpu_count()} CPU cores, load average "
+            f"{load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} (1/5/15 min)")
+
+
+def run(cases: Sequence[Case], out_dir: Path, command: str, *, workers: int = 2, seed: int = 0,
+        stem: str = "bench", echo: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+    """Run the cases in order, rewriting the CSV and markdown after each (a crash keeps the
+    finished rows)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    before = machine_note()
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for k, case in enumerate(cases, 1):
+        try:
+            row = run_case(case, workers=workers, seed=seed)
+        except Exception as exc:  # a failing case is a result too; keep going
+            row = {"case": case.id, "family": case.family, "p": case.inst.p, "m": case.inst.m,
+                   "v": case.inst.v, "ops": case.ops, "status": f"error: {exc}", "meets": False}
+        rows.append(row)
+        if echo:
+            echo(_line(k, len(cases), row))
+        _write(rows, out_dir, stem, command, started, before, time.perf_counter() - t0)
+    return rows
+
+
+def _line(k: int, n: int, row: dict[str, Any]) -> str:
+    if "value" not in row:
+        return f"[{k}/{n}] {row['case']}: {row['status']}"
+    ratio = "" if row.get("ratio") is None else f" ratio {row['ratio']:.4f}"
+    return (f"[{k}/{n}] {row['case']}: {row['objective']} {row['value']:.2f} "
+            f"bubble(span) {row['bubble_span']:.4f} gap {100 * row['gap']:.2f}% "
+            f"{row['status']} {row['solve_time']:.1f}s{ratio} "
+            f"{'meets' if row['meets'] else 'MISSES'} goal")
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def _write(rows: list[dict[str, Any]], out_dir: Path, stem: str, command: str, started: str,
+           before: str, wall: float) -> None:
+    with (out_dir / f"{stem}.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k) for k in COLUMNS})
+    lines = [
+        f"# zbsolve bench ({stem})", "",
+        f"Command: `{command}`", "",
+        f"Started {started}; {len(rows)} cases in {wall:.0f} s wall.", "",
+        f"Machine at start: {before}. At the end: {machine_note()}. The 2 cores were shared with",
+        "other engineers' jobs during this run, so solve times are pessimistic and a quiet rerun",
+        "may find better schedules within the same limits.", "",
+        "value = the objective (span = longest per-device span, the ZB papers' metric; makespan",
+        "otherwise); ratio = value / anchor step time recovered from the published bubble rate;",
+        "meets = value <= anchor up to the 4-decimal rounding of the published rate, or the",
+        "family's goal (small: optimal or gap <= 0.1%; large: gap <= 1%).", "",
+    ]
+    met: dict[str, list[int]] = {}
+    for row in rows:
+        met.setdefault(row["family"], [0, 0])
+        met[row["family"]][0] += bool(row.get("meets"))
+        met[row["family"]][1] += 1
+    lines.append("| family | goal met |")
+    lines.append("|---|---|")
+    for fam, (good, total) in met.items():
+        lines.append(f"| {fam} | {good}/{total} |")
+    lines.append("")
+    head = ("case", "ops", "status", "value", "makespan", "span", "bubble_makespan",
+            "bubble_span", "lower_bound", "gap", "solve_time", "anchor", "ratio", "baseline",
+            "meets")
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for row in rows:
+        cells = []
+        for k in head:
+            x = row.get(k)
+            if k in ("value", "makespan", "span", "lower_bound", "solve_time"):
+                cells.append(_fmt(x, 2))
+            elif k == "gap":
+                cells.append("" if x is None else f"{100 * x:.3f}%")
+            elif k == "meets":
+                cells.append("yes" if x else "**no**")
+            else:
+                cells.append(_fmt(x))
+        lines.append("| " + " | ".join(cells) + " |")
+    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
