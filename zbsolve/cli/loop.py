@@ -63,7 +63,10 @@ def handle(args) -> int:
         from zbsolve.profiler.loop import markdown
 
         print(markdown(summary))
-        print(f"wrote {args.output}/loop.csv, loop.md, loop.json, instances and tables")
+        from pathlib import Path
+
+        out = Path(args.output)
+        print(f"wrote {out / 'loop.csv'}, loop.md, loop.json, instances and tables")
     bad = [r["schedule"] for r in summary["rows"] if not r["grads_ok"]]
     if bad:
         print(f"gradients differ from the reference for: {', '.join(bad)}", file=sys.stderr)

@@ -233,6 +233,8 @@ def row_of(p: Planned) -> dict[str, Any]:
     measured = statistics.median(steps) if steps else float("nan")
     peaks = [max(r["peak_activation_bytes"]) / MIB for r in p.reports]
     units = [r["timing"]["unit_ms"] for r in p.reports if "timing" in r]
+    calibrated = [r["timing"]["ratio_calibrated"].get("step", float("nan"))
+                  for r in p.reports if "timing" in r]
     return {
         "layout": p.layout,
         "schedule": p.schedule,
@@ -244,6 +246,7 @@ def row_of(p: Planned) -> dict[str, Any]:
         "measured_over_predicted": measured / p.predicted_ms if p.predicted_ms else float("nan"),
         "runs": len(steps),
         "compute_ratio": statistics.median(units) if units else float("nan"),
+        "step_ratio_calibrated": statistics.median(calibrated) if calibrated else float("nan"),
         "predicted_bubble": p.predicted_bubble,
         "predicted_peak_mib": p.predicted_peak_mib,
         "measured_peak_mib": max(peaks) if peaks else float("nan"),
@@ -280,7 +283,9 @@ def markdown(summary: dict[str, Any]) -> str:
         "Predicted = simulator makespan on the profiled instance (ms); measured = the runner's "
         "step time of the last of each run's optimizer steps, median over runs (min..max "
         "beside it); compute_ratio = the run's total op time / the profile's (1 = the profile "
-        "predicted the ops; the rest of the gap is hand-offs and waiting); peak memory: "
+        "predicted the ops; the rest of the gap is hand-offs and waiting); step_ratio_calibrated = "
+        "measured / predicted step after scaling the prediction by compute_ratio (1 = the "
+        "schedule's shape, its bubbles and hand-offs, was predicted right); peak memory: "
         "simulator vs the runner's tracked activation bytes.",
         "",
         "| " + " | ".join(cols) + " |",
