@@ -87,11 +87,11 @@ def serial_schedule(inst: Instance) -> Schedule:
 
 
 # ---------------------------------------------------------------------- heads and tails
-def _chain_order(inst: Instance) -> list[Op]:
+def _chain_order(inst: Instance, mbs: range | None = None) -> list[Op]:
     """A topological order of the DAG plus the per-(kind, stage) microbatch chains."""
     S = inst.stages
     order = []
-    for j in range(inst.microbatches):
+    for j in mbs if mbs is not None else range(inst.microbatches):
         order += [Op("F", s, j) for s in range(S)]
         for s in reversed(range(S)):
             order += [Op("I", s, j), Op("W", s, j)]
@@ -120,13 +120,27 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None) 
     """Longest paths through the DAG (plus the microbatch chains when ``ordered``).
 
     With ``source`` the heads are measured from that op's start (ops not reachable from it get
-    head 0): used for the span bound of the device whose first op is ``source``.
+    head 0). Without the microbatch chains every microbatch is the same chain, so only one is
+    walked (the source's, or microbatch 0 copied to all): this keeps big instances cheap.
     """
-    topo = _chain_order(inst)
+    if not ordered:
+        j0 = source.mb if source is not None else 0
+        one = _walk(inst, _chain_order(inst, range(j0, j0 + 1)), False, source)
+        if source is not None:
+            return one
+        head = {op._replace(mb=j): h for op, h in one.head.items()
+                for j in range(inst.microbatches)}
+        tail = {op._replace(mb=j): t for op, t in one.tail.items()
+                for j in range(inst.microbatches)}
+        return HeadsTails(head, tail, False)
+    return _walk(inst, _chain_order(inst), True, source)
+
+
+def _walk(inst: Instance, topo: list[Op], ordered: bool, source: Op | None) -> HeadsTails:
     head: dict[Op, float] = {}
     reach: dict[Op, bool] = {}
     for op in topo:
-        cands = [head[q] + w for q, w in _preds(inst, op, ordered) if reach[q]]
+        cands = [head[q] + w for q, w in _preds(inst, op, ordered) if reach.get(q, False)]
         if source is None or op == source:
             head[op], reach[op] = max(cands, default=0.0), True
         else:
@@ -135,7 +149,8 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None) 
     for op in topo:
         for q, w in _preds(inst, op, ordered):
             # tail(q) >= w - dur(q) + dur(op) + tail(op); w - dur(q) is the comm delay
-            succ[q].append((op, w - inst.duration(q.kind, q.stage)))
+            if q in succ:
+                succ[q].append((op, w - inst.duration(q.kind, q.stage)))
     tail: dict[Op, float] = {}
     for op in reversed(topo):
         tail[op] = max(
@@ -174,67 +189,123 @@ def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list
     return [_one_machine_bound(j) for j in jobs]
 
 
-def device_span_bounds(inst: Instance) -> list[float]:
+def device_span_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
     """Per device, a lower bound on its span (first start to last end).
 
-    In microbatch order the first op of device d is F(s0, 0), s0 = its lowest stage (every
-    other F of d waits for it through the forward chain); heads are measured from it and the
-    head-body-tail bound is taken over d's ops with tails cut to d's own last op (zero tails).
+    Spans are measured with the device's first op pinned to its earliest start h0 (the
+    ``span`` objective's definition, see api.py), so every op of the device starts at or after
+    its head: span >= head-body-tail over its ops (tails cut to 0: the span ends with the
+    device's own last op) - h0, and >= its work.
     """
+    ht = ht or heads_tails(inst)
+    jobs: list[list[tuple[float, float, float]]] = [[] for _ in range(inst.devices)]
+    for op in all_ops(inst):
+        jobs[inst.placement[op.stage]].append((ht.head[op], inst.duration(op.kind, op.stage), 0.0))
     out = []
     for d in range(inst.devices):
-        stages = inst.stages_of(d)
-        first = Op("F", min(stages), 0)
-        ht = heads_tails(inst, ordered=True, source=first)
-        jobs = [
-            (ht.head[op], inst.duration(op.kind, op.stage), 0.0)
-            for op in all_ops(inst) if inst.placement[op.stage] == d
-        ]
-        out.append(max(_one_machine_bound(jobs), inst.device_work(d)))
+        h0 = ht.head[Op("F", min(inst.stages_of(d)), 0)]
+        out.append(max(_one_machine_bound(jobs[d]) - h0, inst.device_work(d)))
     return out
 
 
-def memory_end_bounds(inst: Instance) -> list[float | None]:
-    """Per one-stage device: a lower bound on the end of its last op that uses its memory.
+def _knapsack_lp(items: list[tuple[float, float]], room: float, count: float) -> float:
+    """max sum x_i work_i  s.t.  sum x_i mem_i <= room, sum x_i <= count, x >= 0.
 
-    Device d runs stage s only; L = how many microbatches can be in flight (F started, I not
-    ended), R = the round trip F(s, j) start -> I(s, j) end, T = F + I + W of s.
-    - Start: no I can start before h_I = head of I(s, 0); before that only forwards run, and at
-      most L of them (F(s, L) waits for I(s, 0) to end): at most X = min(L F, h_I - h_F) work.
-    - End: when F(s, m-1) starts, n microbatches are in flight and k wait for W, with
-      n A + k w <= limit; at most Y = F + n I + (n + k) W work remains for after, and the chain
-      needs R + W after that start.
-    Hence end >= h_I + (m T - X - Y) + max(R + W, Y) (valid when m > L, so the two windows
-    hold different ops; in microbatch order, which loses nothing: module docstring).
-    ``None`` for devices with several stages or where the argument does not apply.
+    ``items`` = (mem, work). An LP with two constraints has an optimal vertex with at most two
+    non-zero variables, so trying every single item and every pair is exact for the LP (and an
+    upper bound for the integer problem it relaxes).
+    """
+    if room < 0 or count <= 0:
+        return 0.0
+    best = 0.0
+    for mem, work in items:
+        x = count if mem <= 0 else min(count, room / mem)
+        best = max(best, x * work)
+    for i, (mi, wi) in enumerate(items):
+        for mj, wj in items[i + 1:]:
+            if abs(mi - mj) < 1e-12:
+                continue
+            xi = (room - mj * count) / (mi - mj)
+            xj = count - xi
+            if xi >= -1e-12 and xj >= -1e-12:
+                best = max(best, xi * wi + xj * wj)
+    return best
+
+
+def _pending_states(inst: Instance, stages: list[int]) -> list[tuple[float, float, bool]]:
+    """Per-microbatch states of a device's stages after the forwards: (memory, work left, all
+    I pending). A stage is done, waiting for W (holds weight) or waiting for I (holds the
+    activation); the I-pending stages are the lowest ones (I(s') waits for I(s), s' < s)."""
+    out = []
+    k = len(stages)
+    for n_i in range(k + 1):  # stages[:n_i] wait for I
+        rest = stages[n_i:]
+        for mask in range(1 << len(rest)):  # which of the others wait for W
+            mem = sum(inst.activation[t] for t in stages[:n_i])
+            work = sum(inst.I[t] + inst.W[t] for t in stages[:n_i])
+            for b, t in enumerate(rest):
+                if mask >> b & 1:
+                    mem += inst.weight[t]
+                    work += inst.W[t]
+            out.append((mem, work, n_i == k))
+    return out
+
+
+def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]:
+    """Per device: a lower bound on the end of its last op that uses its memory limit.
+
+    Device d runs stages s_1 < ... < s_k; in microbatch order its first op is F(s_1, 0), its
+    first I is I(s_k, 0) (head h_I) and its last forward is F(s_k, m-1) (start f).
+    - Start: before h_I only forwards run, and they must fit the limit together (no I has ended
+      yet): at most X work starts before h_I (knapsack over per-microbatch prefixes of stages).
+    - End: at f every forward has started; what is left (<= Y) is F(s_k, m-1) plus the I and W
+      of microbatches still holding memory, which must fit the limit with F(s_k, m-1)'s
+      (knapsack over the states of ``_pending_states``); and the chain from f to the device's
+      last W needs C.
+    - If the limit cannot hold all m microbatches' activations then f >= h_I, the two windows
+      hold different ops, and end >= h_I - min(X, h_I - h_F) + work + max(C - Y, 0).
+    Exact enumeration for one stage, LP relaxations (still valid) for several. ``None`` where
+    the limit is absent or never binds, or the device has more than ``max_stages`` stages.
     """
     out: list[float | None] = []
     m = inst.microbatches
+    heads = heads_tails(inst, ordered=False).head
     for d in range(inst.devices):
-        stages = inst.stages_of(d)
-        if len(stages) != 1 or inst.limit[d] is None:
+        stages = sorted(inst.stages_of(d))
+        limit = inst.limit[d]
+        total_act = sum(inst.activation[t] for t in stages)
+        if limit is None or len(stages) > max_stages or m * total_act <= limit + MEMORY_EPS:
             out.append(None)
             continue
-        (s,) = stages
-        limit, a, w = inst.limit[d], inst.activation[s], inst.weight[s]
-        L = int(limit / a + 1e-9)
-        if L >= m:
-            out.append(None)
-            continue
-        ht = heads_tails(inst, ordered=False, source=Op("F", s, 0))
-        h_f = heads_tails(inst, ordered=False).head[Op("F", s, 0)]
-        F, I, W = inst.F[s], inst.I[s], inst.W[s]
-        round_trip = ht.head[Op("I", s, 0)] + I
-        h_i = h_f + ht.head[Op("I", s, 0)]
-        x = min(L * F, h_i - h_f)
-        best_y = 0.0
-        for n in range(1, L + 1):
-            room = limit - n * a
-            k = m - n if w <= 0 else min(m - n, int(room / w + 1e-9))
-            best_y = max(best_y, n * I + (n + k) * W)
-        y = F + best_y
-        T = F + I + W
-        out.append(h_i + (m * T - x - y) + max(round_trip + W, y))
+        first, top = stages[0], stages[-1]
+        h_f = heads[Op("F", first, 0)]
+        h_i = heads[Op("I", top, 0)]
+        from_last = heads_tails(inst, ordered=False, source=Op("F", top, 0)).head
+        chain = max(from_last[Op("W", t, 0)] + inst.W[t] for t in stages)
+        states = _pending_states(inst, stages)
+        full = [(mem, work) for mem, work, all_i in states if all_i][0]
+        room = limit - full[0]
+        if len(stages) == 1:
+            (s,) = stages
+            a, w = inst.activation[s], inst.weight[s]
+            cap = int(limit / a + MEMORY_EPS)
+            x = min(cap, m) * inst.F[s]
+            y = 0.0
+            for n in range(0, cap):  # n more microbatches in flight besides m-1
+                left = limit - (n + 1) * a
+                k = m - 1 - n if w <= 0 else min(m - 1 - n, int(left / w + MEMORY_EPS))
+                y = max(y, n * (inst.I[s] + inst.W[s]) + k * inst.W[s])
+        else:
+            prefixes = [
+                (sum(inst.activation[t] for t in stages[:i]), sum(inst.F[t] for t in stages[:i]))
+                for i in range(1, len(stages) + 1)
+            ]
+            x = _knapsack_lp(prefixes, limit, m)
+            y = _knapsack_lp([(mem, work) for mem, work, _ in states if mem > 0 or work > 0],
+                             room, m - 1)
+        y += inst.F[top] + full[1]
+        work = inst.device_work(d)
+        out.append(h_i - min(x, h_i - h_f) + work + max(chain - y, 0.0))
     return out
 
 
@@ -246,14 +317,14 @@ def critical_path(inst: Instance) -> float:
 
 def analytic_bound(inst: Instance, objective: str = "makespan") -> float:
     """A lower bound on the optimum without CP-SAT, for ``makespan`` or ``span``."""
+    if objective not in ("makespan", "span"):
+        raise ValueError(f"objective: expected 'makespan' or 'span', got {objective!r}")
+    ht = heads_tails(inst)
     mem = memory_end_bounds(inst)
     if objective == "makespan":
-        return max(max(device_makespan_bounds(inst)), critical_path(inst),
+        return max(max(device_makespan_bounds(inst, ht)), critical_path(inst),
                    max((b for b in mem if b is not None), default=0.0))
-    if objective == "span":
-        # spans start at the device's first forward, pinned to its head (see api.py)
-        heads = heads_tails(inst, ordered=False).head
-        firsts = [heads[Op("F", min(inst.stages_of(d)), 0)] for d in range(inst.devices)]
-        return max(max(device_span_bounds(inst)),
-                   max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0))
-    raise ValueError(f"objective: expected 'makespan' or 'span', got {objective!r}")
+    # spans start at the device's first forward, pinned to its head (see api.py)
+    firsts = [ht.head[Op("F", min(inst.stages_of(d)), 0)] for d in range(inst.devices)]
+    return max(max(device_span_bounds(inst, ht)),
+               max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0))

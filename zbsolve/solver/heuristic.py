@@ -22,6 +22,9 @@ microbatch precedes all of its backwards, so one microbatch never needs more). A
 microbatch order, so the oldest unfinished microbatch can always advance: its reservation exists
 wherever it has started, and wherever it has not, only pending W (which the device can always run)
 hold memory. Hence any limit >= the one-microbatch minimum (``min_memory_limit``) yields a schedule.
+One refinement: the last stage needs no per-microbatch reservation, because its I depends on its
+own F only; its device just keeps one activation of it free beyond all reservations (admission
+checks that), so a V placement's first device can hold twice as many chunk-0 forwards.
 The ``reserve=False`` variant skips the reservation (tighter for multi-chunk placements) and is
 simply discarded if it deadlocks.
 
@@ -67,6 +70,8 @@ class GreedyParams:
     i_pick / f_pick: which ready I / F first: "mb" (oldest microbatch), "deep" (highest stage),
         "shallow" (lowest stage; F only).
     reserve: reserve a whole microbatch's activation on admission (deadlock-free) or not.
+    w_slack: under "fit", still run a W that overlaps a known arrival by less than this fraction
+        of W (a small delay beats a long idle gap).
     hold_f: wait for an I that is known to arrive within hold_f * F(s) instead of starting that F
         (0 = never): a started F would delay the I, which is on the backward critical path.
     """
@@ -77,12 +82,14 @@ class GreedyParams:
     f_pick: str = "mb"
     reserve: bool = True
     hold_f: float = 0.0
+    w_slack: float = 0.0
 
     def label(self) -> str:
         cap = "mem" if self.cap is None else f"{self.cap:g}"
         res = "" if self.reserve else "/noreserve"
         hold = f"/hold={self.hold_f:g}" if self.hold_f else ""
-        return f"cap={cap}/{self.w_policy}/I:{self.i_pick}/F:{self.f_pick}{res}{hold}"
+        slack = f"/slack={self.w_slack:g}" if self.w_slack else ""
+        return f"cap={cap}/{self.w_policy}{slack}/I:{self.i_pick}/F:{self.f_pick}{res}{hold}"
 
 
 def min_memory_limit(inst: Instance) -> list[float]:
@@ -133,6 +140,12 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
     dev_stages = [inst.stages_of(d) for d in range(p)]
     first = [min(st) for st in dev_stages]
     need = min_memory_limit(inst)
+    # The last stage is self-resolving: its I needs only its own F, so it needs no reservation
+    # per microbatch, only one free slot on its device (kept by the admission rule).
+    last, last_dev = S - 1, place[S - 1]
+    shared = act[last] if first[last_dev] != last else 0.0
+    reserve = list(need)
+    reserve[last_dev] -= shared
     limit = [math.inf if x is None else x for x in inst.limit]
     if params.cap is None:
         cap = [m + 1] * p
@@ -168,8 +181,10 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
         if s == first[d]:
             if inflight[d] >= cap[d]:
                 return False
-            extra = need[d] if params.reserve else act[s]
+            extra = need[d] if params.reserve else act[s]  # reserve[d] + the shared slot
             return mem[d] + outstanding[d] + extra <= limit[d] + EPS
+        if params.reserve and s == last:
+            return mem[d] + outstanding[d] + act[s] <= limit[d] + EPS
         if params.reserve:
             return True  # covered by the reservation made on admission
         return mem[d] + act[s] <= limit[d] + EPS
@@ -219,7 +234,7 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
                 s, mb = w_queue[d][0]
                 if (
                     params.w_policy == "fit"
-                    and next_arrival < t + dur_w[s] - EPS
+                    and next_arrival < t + (1.0 - params.w_slack) * dur_w[s] - EPS
                     and next_arrival > t + EPS
                 ):
                     decision[d] = next_arrival
@@ -244,9 +259,9 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
             if s == first[d]:
                 inflight[d] += 1
                 if params.reserve:
-                    res_left[d][mb] = need[d] - act[s]
-                    outstanding[d] += need[d] - act[s]
-            elif params.reserve:
+                    res_left[d][mb] = reserve[d] - act[s]
+                    outstanding[d] += reserve[d] - act[s]
+            elif params.reserve and s != last:
                 res_left[d][mb] -= act[s]
                 outstanding[d] -= act[s]
             mem[d] += act[s]
@@ -282,15 +297,19 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
 
 
 def default_variants(inst: Instance) -> list[GreedyParams]:
-    """The variants worth trying; fewer on very large instances (each run is a full pass)."""
-    big = 3 * inst.stages * inst.microbatches > 20000
-    caps: list[float | None] = [None, 1.0, 2.0] if big else [None, 1.0, 1.5, 2.0]
-    holds = (0.0,) if big else (0.0, 0.3, 0.5)
-    out = [GreedyParams(cap=cap, w_policy=w, hold_f=h)
-           for cap in caps for w in ("fit", "fill") for h in holds]
+    """The variants worth trying (measured on the ZB tables); fewer on large instances, where
+    each run is a full pass over tens of thousands of ops."""
+    n_ops = 3 * inst.stages * inst.microbatches
+    big, medium = n_ops > 20000, n_ops > 5000
+    caps: list[float | None] = [None, 1.0, 2.0] if medium else [None, 1.0, 1.5, 2.0]
+    holds = (0.0,) if big else (0.0, 0.3) if medium else (0.0, 0.3, 0.5)
+    ws = (("fit", 0.0), ("fit", 0.2), ("fill", 0.0))
+    out = [GreedyParams(cap=cap, w_policy=w, w_slack=sl, hold_f=h)
+           for cap in caps for w, sl in ws for h in holds]
     if inst.chunks > 1:
         picks = (("deep", "mb"),) if big else (("deep", "mb"), ("mb", "shallow"), ("deep", "deep"))
-        out += [GreedyParams(w_policy="fit", i_pick=i, f_pick=f) for i, f in picks]
+        out += [GreedyParams(w_policy="fit", i_pick=i, f_pick=f, w_slack=sl)
+                for i, f in picks for sl in (0.0, 0.4)]
         out += [GreedyParams(w_policy="fit", reserve=False),
                 GreedyParams(w_policy="fit", i_pick="deep", reserve=False)]
     return out
