@@ -211,3 +211,18 @@ def test_loop_end_to_end_two_ranks(tmp_path):
                  "instance-v2-V.yaml", "tables/v2-V-zb-v.json"):
         assert (tmp_path / name).exists(), name
     assert load_instance(tmp_path / "instance-v2-V.yaml").placement == (0, 1, 1, 0)
+
+
+@pytest.mark.torch
+def test_profile_model_rejects_bad_counts_and_interval():
+    pytest.importorskip("torch")
+    from zbsolve.profiler.core import profile_model
+    from zbsolve.runtime.model import GPTConfig
+
+    cfg = GPTConfig(**TINY)
+    with pytest.raises(ValueError, match="--sample-interval"):
+        profile_model(cfg, 2, 4, repeats=1, warmup=0, interval=-1.0)
+    with pytest.raises(ValueError, match="--repeats"):
+        profile_model(cfg, 2, 4, repeats=0)
+    with pytest.raises(ValueError, match="--layers"):  # the runner's split: one layer per stage
+        profile_model(cfg, 8, 4, repeats=1)

@@ -49,6 +49,9 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=10,
                         help="timed samples per stage (10); the median is written")
     parser.add_argument("--warmup", type=int, default=3, help="discarded samples first (3)")
+    parser.add_argument("--sample-interval", type=float, default=0.0, metavar="SECONDS",
+                        help="sleep between sample rounds, to spread the samples over time on a "
+                             "shared machine (0)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads while measuring (1, as the runner uses per rank)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
@@ -89,7 +92,8 @@ def run_profile(args: argparse.Namespace, command: str):
         model_config(args), devices=args.devices, chunks=args.chunks,
         microbatches=args.microbatches, placement=args.placement, repeats=args.repeats,
         warmup=args.warmup, memory_limit=limit, threads=args.threads, device=args.device,
-        optimizer_states=args.optimizer_states, name=args.name, command=command,
+        optimizer_states=args.optimizer_states, interval=args.sample_interval, name=args.name,
+        command=command,
     )
 
 

@@ -33,6 +33,7 @@ def _budget(device, stages: list[StageProfile], placement: tuple[int, ...], devi
 def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str = "loop",
             repeats: int = 10, warmup: int = 3, memory_limit: float | None = None,
             threads: int = 1, device: str = "cpu", optimizer_states: int = 0,
+            interval: float = 0.0,
             p2p_repeats: int = 30, p2p=None, name: str | None = None,
             command: str = "") -> ProfileRun:
     """Profile ``cfg`` (a :class:`zbsolve.runtime.model.GPTConfig`) as S = devices x chunks stages.
@@ -42,7 +43,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     bytes per device (None: CPU unlimited, GPU measured). ``optimizer_states`` counts the
     optimizer tensors per parameter kept on the device (the runner's SGD: 0; Adam: 2). ``p2p``:
     a :class:`~zbsolve.profiler.p2p.P2PResult` to reuse (the boundary tensor does not depend on
-    the layout, so ``zbsolve loop`` measures it once for all layouts).
+    the layout, so ``zbsolve loop`` measures it once for all layouts). ``interval``: seconds
+    slept between sample rounds (see :func:`zbsolve.profiler.core.profile_model`).
     """
     import torch
 
@@ -65,7 +67,7 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     torch.set_num_threads(threads)
     try:
         stages = profile_model(cfg, devices * chunks, microbatches, warmup=warmup,
-                               repeats=repeats, device=dev)
+                               repeats=repeats, device=dev, interval=interval)
     finally:
         torch.set_num_threads(previous_threads)
     shape = (cfg.microbatch_size, cfg.seq, cfg.hidden)

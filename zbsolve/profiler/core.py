@@ -12,6 +12,8 @@ samples are discarded (allocator and kernel warm-up, first ``.grad`` allocation)
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from functools import partial
 
@@ -85,12 +87,17 @@ def _sample(cfg: GPTConfig, st: _StageState, n_stages: int, mb: int, watch: Stop
 
 
 def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: int = 3,
-                  repeats: int = 10, device: torch.device | None = None) -> list[StageProfile]:
+                  repeats: int = 10, device: torch.device | None = None,
+                  interval: float = 0.0) -> list[StageProfile]:
     """Profile every logical stage of ``cfg`` split into ``n_stages`` (the runner's split).
 
     Samples are taken round-robin over the stages (sample i of every stage before sample i+1 of
     any), so a slow patch of a shared machine spreads over all stages instead of inflating one.
+    ``interval`` (seconds) sleeps between rounds: spreading the samples over a longer window
+    keeps a burst of other work shorter than half the window out of the median.
     """
+    if not (interval >= 0 and math.isfinite(interval)):
+        raise ValueError(f"interval: expected seconds >= 0, got {interval!r} (--sample-interval)")
     check_counts(repeats, warmup)
     layer_split(cfg.layers, n_stages)  # raises with the fix when there are too few layers
     device = device or torch.device("cpu")
@@ -102,6 +109,8 @@ def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: i
         states.append(_StageState(runner, torch.Generator().manual_seed(1000 + s),
                                   {"F": [], "I": [], "W": []}, [], []))
     for i in range(warmup + repeats):
+        if interval and i:
+            time.sleep(interval)
         for st in states:
             _sample(cfg, st, n_stages, i, watch, device, keep=i >= warmup)
     method = ("CUDA allocator deltas across F and across F+I" if device.type == "cuda" else

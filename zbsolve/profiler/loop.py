@@ -58,6 +58,7 @@ class LoopOptions:
     microbatches: int = 8
     repeats: int = 10  # profile samples per stage
     warmup: int = 3
+    interval: float = 0.0  # seconds between profile sample rounds
     time_limit: float = 20.0  # solver seconds per layout
     workers: int = 1  # CP-SAT workers
     seed: int = 0
@@ -180,7 +181,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         run = profile(cfg, devices=opts.devices, chunks=layout.chunks,
                       microbatches=opts.microbatches, placement=layout.placement,
                       repeats=opts.repeats, warmup=opts.warmup, threads=opts.threads,
-                      device=opts.device, p2p=p2p, name=f"{layout.name}",
+                      device=opts.device, interval=opts.interval, p2p=p2p, name=layout.name,
                       command=command)
         runs[layout.name] = run
         instances[layout.name] = load_instance(instance_dict(run, opts.round_digits))
@@ -203,6 +204,8 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
     for rep in reports:
         by_label[rep["label"]].reports.append(rep)
     rows = [row_of(p) for p in planned]
+    work = {name: inst.total_work / inst.m for name, inst in instances.items()}
+    first = work[LAYOUTS[0].name]
     summary = {
         "command": command,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s)",
@@ -216,6 +219,10 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         "memory_limit_mib": limit_mib,
         "memory_limit_source": limit_source,
         "comm_ms": p2p.one_way_ms.to_dict(),
+        # the layouts cut the same model: their F+I+W per microbatch should agree; a large
+        # difference means the machine was disturbed while one of them was profiled
+        "work_per_microbatch_ms": work,
+        "work_ratio_to_first_layout": {k: v / first for k, v in work.items()},
         "profiles": {name: {k: list(getattr(inst, k)) for k in ("F", "I", "W")}
                      | {"comm": inst.comm, "activation": list(inst.activation),
                         "weight": list(inst.weight)}
@@ -292,6 +299,10 @@ def markdown(summary: dict[str, Any]) -> str:
         "| " + " | ".join("---" for _ in cols) + " |",
     ]
     lines += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
+    ratio = ", ".join(f"{k} {v:.3f}" for k, v in summary["work_ratio_to_first_layout"].items())
+    lines += ["", f"Profile consistency: F+I+W of the whole model per microbatch, relative to "
+              f"the first layout: {ratio} (the same model cut two ways; far from 1 = the "
+              "machine was disturbed during one profile)."]
     lines += ["", "Profiled per-stage times (ms) and memory (MiB):", ""]
     for name, prof in summary["profiles"].items():
         lines.append(f"- {name}: F {prof['F']}, I {prof['I']}, W {prof['W']}, comm "
