@@ -49,9 +49,9 @@ TOL = 1e-6
 class LNSConfig:
     """Knobs of the window search (defaults measured on the ICLR and p=32 m=256 instances)."""
 
-    window_ops: int = 600  # initial target number of ops per window (rounded to microbatches)
+    window_ops: int = 200  # initial target number of ops per window (rounded to microbatches)
     max_ops: int = 3000
-    window_time: float = 4.0  # CP-SAT seconds per window at most
+    window_time: float = 2.0  # CP-SAT seconds per window at most
     overlap: float = 0.5  # fraction of a window the next one shares
     workers: int = 2
     seed: int = 0
@@ -395,7 +395,7 @@ def improve(
     per_mb = max(1, n_ops // m)
     size = max(1, min(m, cfg.window_ops // per_mb))  # microbatches per window
     max_size = max(1, min(m, cfg.max_ops // per_mb))
-    pass_improved = False
+    pass_improved, pass_optimal = False, True
     pos = 0  # first microbatch of the window
     best_orders = orders
     best_true_value = objective_value(start_sim, objective)
@@ -413,10 +413,13 @@ def improve(
         if pos >= m:
             stats.passes += 1
             if not pass_improved:
-                if size >= max_size:
-                    break  # a whole pass at the largest window found nothing
-                size = min(max_size, max(size + 1, int(size * 1.5)))
-            pass_improved, pos = False, 0
+                if pass_optimal and size >= max_size:
+                    break  # every window of a whole pass at the largest size is optimal as is
+                # all optimal: look wider; some timed out: look narrower, shifted windows
+                size = (min(max_size, max(size + 1, int(size * 1.5))) if pass_optimal
+                        else max(1, size // 2))
+            pass_improved, pass_optimal = False, True
+            pos = (stats.passes % 2) * (size // 2)
         lo_cut = closed_cut(si, orders, mb_cut(orders, sim, pos))
         hi_cut = closed_cut(si, orders, mb_cut(orders, sim, pos + size))
         lo_cut = [min(a, b) for a, b in zip(lo_cut, hi_cut)]
@@ -425,10 +428,7 @@ def improve(
         new, optimal, n_win = _solve_window(si, orders, sim, lo_cut, hi_cut, objective, limit, cfg)
         stats.windows += 1
         stats.optimal_windows += int(optimal)
-        if optimal and n_win < n_ops and size < max_size:
-            size = min(max_size, max(size + 1, int(size * 1.25)))
-        elif not optimal:
-            size = max(1, int(size * 0.8))
+        pass_optimal = pass_optimal and optimal
         if new is not None:
             try:
                 cand = simulate(si, Schedule(new))
