@@ -118,9 +118,10 @@ def test_1f1b_v_peak_is_the_1f1b_peak_and_beats_1f1b():
 
 # ---------------------------------------------------------------------- ZB paper (arXiv) rows
 # Measured ZB-V bubble (span metric) on the arXiv rows with p = 16; the published ZB-V column
-# is 0.0697 / 0.0533 / 0.0274: our list scheduler is 0.02-0.04 above it (0.03-0.06 at p = 24,
-# 32), still under ZB-H2's 0.0823 / 0.0630 / 0.0325 except the last row.
-ZBV_MEASURED = {48: 0.1087, 64: 0.0887, 128: 0.0468}
+# is 0.0697 / 0.0533 / 0.0274: our list scheduler is 0.015-0.023 above it on every arXiv row
+# (results/vshape/bench_v.txt), and also above the table's ZB-H2 column (0.0823 / 0.0630 /
+# 0.0325 here): the published ZB-V is not reproduced yet.
+ZBV_MEASURED = {48: 0.0924, 64: 0.0765, 128: 0.0428}
 
 
 @pytest.mark.parametrize("row", ZBV_ROWS[:3], ids=lambda r: f"{r['model']}-m{r['m']}")
@@ -130,7 +131,7 @@ def test_zb_v_on_the_arxiv_rows_fits_the_1f1b_peak(row):
     r = validate(inst, zb_v(inst))  # raises if the 2p limit is exceeded
     assert max(r.peak_memory) == 2 * inst.p
     assert r.bubble_span == pytest.approx(ZBV_MEASURED[inst.m], abs=1e-4)
-    assert 0 < r.bubble_span - float(row["ZB-V"]) < 0.04
+    assert 0 < r.bubble_span - float(row["ZB-V"]) < 0.025
 
 
 # ---------------------------------------------------------------------- DualPipeV

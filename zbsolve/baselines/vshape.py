@@ -13,15 +13,16 @@ differs only in its priority rule and its per-device memory cap:
   forward early while the block's later memory stays under the family's peak; after its last
   chunk-0 forward (cool-down) W's only fill waits and the next F1, I1 or I0 runs when ready.
 
-1F1B-V and ZB-V try a few variants of their rule (with and without holding a chunk-0
-forward that would delay the arrival of chunk 1's input) and keep the one the simulator
-rates best: makespan for 1F1B-V, longest per-device span for ZB-V (the papers' metrics).
+1F1B-V and ZB-V try a few variants of their rule (holding a chunk-0 forward that would
+still run when chunk 1's input arrives, with some slack or none; for ZB-V also the memory
+room kept for the way back) and keep the one the simulator rates best: makespan for 1F1B-V,
+longest per-device span for ZB-V (the papers' metrics).
 
 Why a scheduler rather than fixed index formulas: it works for any per-stage times and comm
 (the simulation inside uses the instance's real durations), and every order it emits is
-deadlock-free for *any* durations: each device's order is sorted by start time in one
-consistent timeline in which every op starts after its inputs end, so the orders embed in one
-global topological order of the task DAG. The simulator (``zbsolve.simulate``) then recomputes
+deadlock-free for *any* durations: ops are committed one at a time, each only after its
+inputs, so the commit order is one topological order of the task DAG and every device's
+order is a subsequence of it. The simulator (``zbsolve.simulate``) then recomputes
 the times; it is the judge, the scheduler only proposes an order.
 
 Memory is tracked in the instance's units (F start allocates activation, I end frees
@@ -29,8 +30,10 @@ activation - weight, W end frees weight, B end frees activation), the simulator'
 the cap = peak chunk activations x the device's largest chunk activation. A chunk-0 forward
 is admitted only if one chunk-1 forward still fits afterwards (pending W's are run first when
 that frees enough), so the oldest microbatch can always turn and the scheduler cannot
-deadlock on memory. In the block families the block's own next op always may run (the cap
-only limits the reordering), since the block order is valid by construction.
+deadlock on memory; ZB-V variants also keep room for every microbatch already past the turn
+(on its way back up), so a device full of new chunk-0 work does not stall the way back. In
+the block families the block's own next op always may run (the cap only limits the
+reordering), since the block order is valid by construction.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class VPlan:
     priority: PriorityFn
     skeleton: tuple[tuple[Op, ...], ...] | None = None  # per device: block order to follow
     hold_slack: float | None = None  # hold chunk-0 forwards for chunk 1 (None: never)
+    reserve_returning: bool = False  # keep room for microbatches already on their way back
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -181,7 +185,12 @@ def _greedy(inst: Instance, plan: VPlan) -> list[list[Op]]:
         need = inst.activation[dev.stages[chunk]]
         if chunk == 0:
             # keep room for one chunk-1 forward: the oldest microbatch can always turn
-            need += inst.activation[s1]
+            slots = 1
+            if plan.reserve_returning:
+                turn = inst.devices  # first chunk-1 stage: a microbatch past it is coming back
+                slots += sum(1 for j in range(dev.next_f[1], dev.next_f[0])
+                             if Op("F", turn, j) in ready)
+            need += inst.activation[s1] * slots
         held_w = sum(inst.weight[w.stage] for w in dev.pending_w)
         return dev.mem + need <= dev.cap + EPS, dev.mem - held_w + need <= dev.cap + EPS
 
@@ -402,8 +411,9 @@ def zb_v(inst: Instance) -> Schedule:
     v_shape_stages(inst, "zb-v")
     p = inst.devices
     cap = (2 * p,) * p
-    plans = [VPlan("zb-v", cap, split=True, priority=_forward_first(p), hold_slack=slack)
-             for slack in (0.25, 0.0, None)]
+    plans = [VPlan("zb-v", cap, split=True, priority=_forward_first(p), hold_slack=slack,
+                   reserve_returning=returning)
+             for returning, slack in ((False, 0.25), (False, 0.0), (True, 0.5), (True, 0.25))]
     return _best_of(inst, "zb-v", plans, by_span=True)
 
 
