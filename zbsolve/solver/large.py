@@ -498,9 +498,12 @@ def solve_large(
         tracker = Progress(1.0, objective, echo=True, floor=bound)
 
     starts: list[tuple[float, str, Schedule]] = []
-    heur, heur_sim = heuristic_schedule(inst, objective, time_limit=max(1.0, 0.2 * time_limit))
-    starts.append((objective_value(heur_sim, objective), "heuristic", heur))
-    for h in _as_list(hints):
+    given = _as_list(hints)
+    if not any("variants_tried" in h.meta for h in given):  # no greedy result among the hints
+        heur, heur_sim = heuristic_schedule(inst, objective,
+                                            time_limit=max(1.0, 0.2 * time_limit))
+        starts.append((objective_value(heur_sim, objective), "heuristic", heur))
+    for h in given:
         try:
             sim = simulate(inst, h)
         except ScheduleError:
