@@ -205,7 +205,7 @@ def test_loop_end_to_end_two_ranks(tmp_path):
     # default limit: the largest hand-made peak, so all fit and the solver, hinted with the best
     # of them, predicts no worse than any hand-made schedule of its layout
     assert all(r["fits_limit"] for r in rows.values())
-    for (layout, name), r in rows.items():
+    for (layout, _name), r in rows.items():
         assert rows[(layout, "zbsolve")]["predicted_ms"] <= r["predicted_ms"] + 1e-9
     for name in ("loop.csv", "loop.md", "loop.json", "instance-v1-loop.yaml",
                  "instance-v2-V.yaml", "tables/v2-V-zb-v.json"):
@@ -226,3 +226,25 @@ def test_profile_model_rejects_bad_counts_and_interval():
         profile_model(cfg, 2, 4, repeats=0)
     with pytest.raises(ValueError, match="--layers"):  # the runner's split: one layer per stage
         profile_model(cfg, 8, 4, repeats=1)
+
+
+@pytest.mark.torch
+def test_gpu_budget_subtracts_resident_state_and_rejects_a_model_that_does_not_fit():
+    pytest.importorskip("torch")
+    import torch
+
+    from zbsolve.profiler.api import _budget
+    from zbsolve.profiler.memory import gpu_budget_bytes
+
+    assert gpu_budget_bytes(10_000, [1_000, 4_000]) == [9_000.0, 6_000.0]
+    with pytest.raises(ValueError, match="device 1"):
+        gpu_budget_bytes(10_000, [1_000, 10_000])
+    stages = [_stage(s, s == 0, s == 3, MIB, MIB) for s in range(4)]  # 1000 param bytes each
+    cuda = torch.device("cuda")  # never touched: the free bytes are passed in
+    # V placement: device 0 holds stages 0 and 3; params + grads + 2 Adam states = 4x
+    limit, source = _budget(cuda, 100_000, stages, (0, 1, 1, 0), 2, None, 2)
+    assert limit == [92_000.0, 92_000.0] and "optimizer" in source
+    assert _budget(torch.device("cpu"), None, stages, (0, 1, 1, 0), 2, None, 0)[0] is None
+    assert _budget(torch.device("cpu"), None, stages, (0, 1, 1, 0), 2, 5.0, 0)[0] == [5.0, 5.0]
+    with pytest.raises(ValueError, match="--optimizer-states"):
+        _budget(cuda, 100_000, stages, (0, 1, 1, 0), 2, None, -1)

@@ -12,19 +12,22 @@ from zbsolve.profiler.timing import Spread, check_counts
 from zbsolve.profiler.writer import ProfileRun
 
 
-def _budget(device, stages: list[StageProfile], placement: tuple[int, ...], devices: int,
-            memory_limit: float | None, optimizer_states: int) -> tuple[list[float] | None, str]:
+def _budget(device, free: int | None, stages: list[StageProfile], placement: tuple[int, ...],
+            devices: int, memory_limit: float | None,
+            optimizer_states: int) -> tuple[list[float] | None, str]:
     """Per-device activation budget in bytes, and where it came from."""
     if memory_limit is not None:
         return [float(memory_limit)] * devices, "--memory-limit"
-    if device.type != "cuda":
+    if device.type != "cuda" or free is None:
         return None, "CPU: no allocator budget; pass --memory-limit to set one"
     from zbsolve.profiler.memory import gpu_budget_bytes
 
+    if optimizer_states < 0:
+        raise ValueError(f"--optimizer-states: expected >= 0, got {optimizer_states}")
     resident = [0] * devices
     for st in stages:
         resident[placement[st.stage]] += st.param_bytes * (2 + optimizer_states)
-    return gpu_budget_bytes(device, resident), (
+    return gpu_budget_bytes(free, resident), (
         f"GPU free memory minus parameters, gradients and {optimizer_states} optimizer state(s) "
         "per parameter of the device's stages"
     )
@@ -63,6 +66,11 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
                          f"{(cfg.microbatch_size, cfg.seq, cfg.hidden)}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible; use --device cpu")
+    free = None
+    if dev.type == "cuda":
+        from zbsolve.profiler.memory import gpu_free_bytes
+
+        free = gpu_free_bytes(dev)  # before the stages are loaded
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -76,7 +84,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
         comm, p2p_info = p2p.one_way_ms, p2p.to_dict()
     else:
         comm, p2p_info = Spread.of([0.0]), {"note": "one device: no hand-offs"}
-    limit, limit_source = _budget(dev, stages, stage_map, devices, memory_limit, optimizer_states)
+    limit, limit_source = _budget(dev, free, stages, stage_map, devices, memory_limit,
+                                  optimizer_states)
     label = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     return ProfileRun(
         name=name or f"gpt-l{cfg.layers}-h{cfg.hidden}-p{devices}-v{chunks}-m{microbatches}",

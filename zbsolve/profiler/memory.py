@@ -11,30 +11,22 @@ the truth and are used instead (see :mod:`zbsolve.profiler.core`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 
 
-def param_state_bytes(params: Iterable[torch.Tensor], optimizer_states: int) -> int:
-    """Bytes of parameters + their gradients + ``optimizer_states`` same-sized tensors each.
-
-    ``optimizer_states``: 0 for the runner's plain SGD, 1 for SGD with momentum, 2 for Adam.
-    """
-    if optimizer_states < 0:
-        raise ValueError(f"optimizer states: expected >= 0, got {optimizer_states}")
-    n = sum(p.numel() * p.element_size() for p in params)
-    return n * (2 + optimizer_states)
+def gpu_free_bytes(device: torch.device) -> int:
+    """Free memory of the GPU as the driver sees it (taken before the profile loads anything)."""
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free)
 
 
-def gpu_budget_bytes(device: torch.device, resident_bytes: list[int]) -> list[float]:
-    """Per pipeline device: free memory of this GPU now minus what that device keeps resident.
+def gpu_budget_bytes(free: int, resident_bytes: list[int]) -> list[float]:
+    """Per pipeline device: ``free`` (this GPU, before profiling) minus what it keeps resident.
 
     The profiler sees one GPU; it assumes every pipeline device is the same kind of GPU with the
     same free memory, and subtracts per device the parameters, gradients and optimizer state of
     the stages placed there. A budget at or below zero is an error: the model does not fit.
     """
-    free, _total = torch.cuda.mem_get_info(device)
     out = []
     for d, resident in enumerate(resident_bytes):
         budget = float(free - resident)
