@@ -42,7 +42,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from zbsolve.baselines.common import NotApplicable, make, require, v_shape_stages
+from zbsolve.baselines.common import NotApplicable, make, v_shape_stages
 from zbsolve.dag import deps
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
@@ -380,15 +380,13 @@ def _best_of(inst: Instance, name: str, plans: list[VPlan], by_span: bool) -> Sc
     with comm and uneven times, costs a little at unit cost), so the family tries a few.
     Ties go to the earlier plan, so the result is deterministic.
     """
-    best: tuple[tuple[float, float], Schedule] | None = None
-    for plan in plans:
+    scored = []
+    for k, plan in enumerate(plans):
         sched = make(inst, name, _greedy(inst, plan))
         r = simulate(inst, sched)
         score = (r.max_span, r.makespan) if by_span else (r.makespan, r.max_span)
-        if best is None or score < best[0]:
-            best = (score, sched)
-    assert best is not None
-    return best[1]
+        scored.append((score, k, sched))
+    return min(scored, key=lambda x: x[:2])[2]
 
 
 def one_f_one_b_v(inst: Instance) -> Schedule:
@@ -437,5 +435,5 @@ def v_half(inst: Instance) -> Schedule:
     return _from_block(inst, "v-half")
 
 
-__all__ = ["NotApplicable", "block_offsets", "block_peak", "one_f_one_b_v", "v_half", "v_min",
-           "zb_v", "require"]
+__all__ = ["NotApplicable", "VPlan", "block_offsets", "block_peak", "block_skeleton",
+           "one_f_one_b_v", "v_half", "v_min", "zb_v"]
