@@ -73,6 +73,20 @@ def test_bad_counts_are_rejected_naming_the_flag(repeats, warmup, flag):
         check_counts(repeats, warmup)
 
 
+def test_cpu_clock_ignores_time_off_cpu_and_wall_clock_does_not():
+    import time
+
+    from zbsolve.profiler.timing import Stopwatch
+
+    wall, _ = Stopwatch(clock="wall").time(lambda: time.sleep(0.05))
+    cpu, out = Stopwatch(clock="cpu").time(lambda: time.sleep(0.05) or 7)
+    assert wall >= 50.0 and cpu < 20.0 and out == 7
+    with pytest.raises(ValueError, match="--clock"):
+        Stopwatch(clock="tsc")
+    with pytest.raises(ValueError, match="--clock cpu"):
+        Stopwatch(cuda=True, clock="cpu")
+
+
 def test_parse_size_units_and_rejections():
     assert parse_size("512MiB") == 512 * MIB
     assert parse_size("4GiB") == 4 * 2**30
@@ -169,6 +183,7 @@ def test_profile_tiny_model_on_cpu(tmp_path):
         assert all(a >= w > 0 for a, w in zip(inst.activation, inst.weight))
         assert inst.limit == (64.0, 64.0)
     meta = measured.extra["meta"]
+    assert meta["clock"] == "wall" and meta["threads"] == 1 and meta["units"]["memory"] == "MiB"
     assert all(sp["n"] == 3 and sp["min"] <= sp["median"] <= sp["max"]
                for k in "FIW" for sp in meta["spread"][k])
     assert rounded.F == tuple(round_significant(x, 3) for x in meta["measured"]["F"])
@@ -193,7 +208,7 @@ def test_loop_end_to_end_two_ranks(tmp_path):
 
     cfg = GPTConfig(**TINY)
     opts = LoopOptions(devices=2, microbatches=4, repeats=2, warmup=1, time_limit=3.0, runs=1,
-                       steps=2)
+                       steps=2, clock="cpu")
     summary = run_loop(cfg, opts, tmp_path, command="test")
     rows = {(r["layout"], r["schedule"]): r for r in summary["rows"]}
     assert set(rows) == {("v1-loop", "zbsolve"), ("v1-loop", "1f1b"), ("v1-loop", "zb-h1"),
@@ -226,6 +241,15 @@ def test_profile_model_rejects_bad_counts_and_interval():
         profile_model(cfg, 2, 4, repeats=0)
     with pytest.raises(ValueError, match="--layers"):  # the runner's split: one layer per stage
         profile_model(cfg, 8, 4, repeats=1)
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(ValueError, match="--threads 1"):
+            profile_model(cfg, 2, 4, repeats=1, clock="cpu")
+    finally:
+        torch.set_num_threads(previous)
 
 
 @pytest.mark.torch

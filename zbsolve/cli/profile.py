@@ -52,6 +52,9 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-interval", type=float, default=0.0, metavar="SECONDS",
                         help="sleep between sample rounds, to spread the samples over time on a "
                              "shared machine (0)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="CPU timing: wall clock (default) or the thread's CPU time, which "
+                             "ignores preemption by other jobs on a shared machine")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads while measuring (1, as the runner uses per rank)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
@@ -92,7 +95,8 @@ def run_profile(args: argparse.Namespace, command: str):
         model_config(args), devices=args.devices, chunks=args.chunks,
         microbatches=args.microbatches, placement=args.placement, repeats=args.repeats,
         warmup=args.warmup, memory_limit=limit, threads=args.threads, device=args.device,
-        optimizer_states=args.optimizer_states, interval=args.sample_interval, name=args.name,
+        optimizer_states=args.optimizer_states, interval=args.sample_interval, clock=args.clock,
+        name=args.name,
         command=command,
     )
 
@@ -126,8 +130,8 @@ def handle(args) -> int:
         print_json({"written": [str(p) for p in written], "stages": comparison_rows(run),
                     "comm_ms": run.comm.to_dict(), "analytic": analytic(run)})
         return 0
-    print(f"{run.name}: {run.device}, {run.threads} thread(s), median of {run.repeats} after "
-          f"{run.warmup} warm-up; analytic = {run.memory_model.label}")
+    print(f"{run.name}: {run.device}, {run.threads} thread(s), {run.clock} clock, median of "
+          f"{run.repeats} after {run.warmup} warm-up; analytic = {run.memory_model.label}")
     print(format_table(comparison_rows(run)))
     c = run.comm
     print(f"comm (one-way P2P, {run.p2p.get('bytes', 0)} bytes): median {c.median:.4g} ms "

@@ -36,7 +36,7 @@ def _budget(device, free: int | None, stages: list[StageProfile], placement: tup
 def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str = "loop",
             repeats: int = 10, warmup: int = 3, memory_limit: float | None = None,
             threads: int = 1, device: str = "cpu", optimizer_states: int = 0,
-            interval: float = 0.0,
+            interval: float = 0.0, clock: str = "wall",
             p2p_repeats: int = 30, p2p=None, name: str | None = None,
             command: str = "") -> ProfileRun:
     """Profile ``cfg`` (a :class:`zbsolve.runtime.model.GPTConfig`) as S = devices x chunks stages.
@@ -47,7 +47,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     optimizer tensors per parameter kept on the device (the runner's SGD: 0; Adam: 2). ``p2p``:
     a :class:`~zbsolve.profiler.p2p.P2PResult` to reuse (the boundary tensor does not depend on
     the layout, so ``zbsolve loop`` measures it once for all layouts). ``interval``: seconds
-    slept between sample rounds (see :func:`zbsolve.profiler.core.profile_model`).
+    slept between sample rounds (see :func:`zbsolve.profiler.core.profile_model`); ``clock``:
+    ``wall`` or ``cpu`` (thread CPU time, see :class:`zbsolve.profiler.timing.Stopwatch`).
     """
     import torch
 
@@ -75,7 +76,7 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     torch.set_num_threads(threads)
     try:
         stages = profile_model(cfg, devices * chunks, microbatches, warmup=warmup,
-                               repeats=repeats, device=dev, interval=interval)
+                               repeats=repeats, device=dev, interval=interval, clock=clock)
     finally:
         torch.set_num_threads(previous_threads)
     shape = (cfg.microbatch_size, cfg.seq, cfg.hidden)
@@ -92,5 +93,5 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
         model=cfg.to_dict(), devices=devices, microbatches=microbatches, chunks=chunks,
         placement=placement, stages=stages, comm=comm, p2p=p2p_info, limit_bytes=limit,
         limit_source=limit_source, device=label, threads=threads, warmup=warmup,
-        repeats=repeats, torch_version=str(torch.__version__), command=command,
+        repeats=repeats, torch_version=str(torch.__version__), command=command, clock=clock,
     )

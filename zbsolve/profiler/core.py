@@ -88,7 +88,7 @@ def _sample(cfg: GPTConfig, st: _StageState, n_stages: int, mb: int, watch: Stop
 
 def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: int = 3,
                   repeats: int = 10, device: torch.device | None = None,
-                  interval: float = 0.0) -> list[StageProfile]:
+                  interval: float = 0.0, clock: str = "wall") -> list[StageProfile]:
     """Profile every logical stage of ``cfg`` split into ``n_stages`` (the runner's split).
 
     Samples are taken round-robin over the stages (sample i of every stage before sample i+1 of
@@ -101,7 +101,9 @@ def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: i
     check_counts(repeats, warmup)
     layer_split(cfg.layers, n_stages)  # raises with the fix when there are too few layers
     device = device or torch.device("cpu")
-    watch = Stopwatch(cuda=device.type == "cuda")
+    watch = Stopwatch(cuda=device.type == "cuda", clock=clock)
+    if clock == "cpu" and torch.get_num_threads() != 1:
+        raise ValueError("--clock cpu counts the calling thread only: use it with --threads 1")
     states = []
     for s, module in enumerate(build_stage_modules(cfg, n_stages)):
         runner = StageRunner(module.to(device), s, n_stages, loss_fn=lm_loss,

@@ -59,6 +59,7 @@ class LoopOptions:
     repeats: int = 10  # profile samples per stage
     warmup: int = 3
     interval: float = 0.0  # seconds between profile sample rounds
+    clock: str = "wall"  # profile clock: wall | cpu
     time_limit: float = 20.0  # solver seconds per layout
     workers: int = 1  # CP-SAT workers
     seed: int = 0
@@ -181,7 +182,8 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         run = profile(cfg, devices=opts.devices, chunks=layout.chunks,
                       microbatches=opts.microbatches, placement=layout.placement,
                       repeats=opts.repeats, warmup=opts.warmup, threads=opts.threads,
-                      device=opts.device, interval=opts.interval, p2p=p2p, name=layout.name,
+                      device=opts.device, interval=opts.interval,
+                      clock=opts.clock, p2p=p2p, name=layout.name,
                       command=command)
         runs[layout.name] = run
         instances[layout.name] = load_instance(instance_dict(run, opts.round_digits))

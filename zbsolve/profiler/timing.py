@@ -53,15 +53,29 @@ class Spread:
                 for k, v in asdict(self).items()}
 
 
+CLOCKS = ("wall", "cpu")
+
+
 class Stopwatch:
-    """Wall-clock (CPU) or CUDA-event timing of a region, in milliseconds.
+    """Timing of a region in milliseconds: wall clock or thread CPU time (CPU), CUDA events.
 
     On CUDA, kernels are asynchronous: ``perf_counter`` around a launch measures the launch only.
     Events recorded on the current stream and a synchronize before reading fix that.
+
+    ``clock="cpu"`` (CPU only, one torch thread) counts the CPU time of the calling thread, which
+    runs the whole op when torch has one intra-op thread (autograd runs CPU backward in the
+    calling thread too). On a machine shared with other jobs, an op longer than the scheduler's
+    time slice is preempted in most samples, so its wall-clock median can be several times its
+    cost; its CPU time is not affected. On an idle core the two agree.
     """
 
-    def __init__(self, cuda: bool = False) -> None:
+    def __init__(self, cuda: bool = False, clock: str = "wall") -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"--clock: expected one of {CLOCKS}, got {clock!r}")
+        if cuda and clock != "wall":
+            raise ValueError("--clock cpu applies to CPU runs; on CUDA the profiler uses events")
         self.cuda = cuda
+        self.clock = clock
         if cuda:
             import torch
 
@@ -78,9 +92,10 @@ class Stopwatch:
             end.record()
             end.synchronize()
             return float(start.elapsed_time(end)), out
-        t0 = time.perf_counter()
+        now = time.thread_time if self.clock == "cpu" else time.perf_counter
+        t0 = now()
         out = fn()
-        return (time.perf_counter() - t0) * 1e3, out
+        return (now() - t0) * 1e3, out
 
 
 def check_counts(repeats: int, warmup: int) -> None:

@@ -52,6 +52,7 @@ class ProfileRun:
     repeats: int
     torch_version: str = ""
     command: str = ""
+    clock: str = "wall"  # wall | cpu (thread CPU time) | (CUDA: events, reported as wall)
     memory_model: LayerMemoryModel = field(default=RUNNER_MODEL)
 
 
@@ -103,7 +104,8 @@ def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str,
     description = (
         f"Profiled GPT (layers={cfg['layers']}, hidden={h}, heads={a}, seq={s}, "
         f"microbatch={cfg['microbatch_size']}, vocab={cfg['vocab']}) on {run.device}, "
-        f"{run.threads} thread(s): times and comm in {TIME_UNIT} (median of {run.repeats} after "
+        f"{run.threads} thread(s): times ({run.clock} clock) and comm in {TIME_UNIT} (median of "
+        f"{run.repeats} after "
         f"{run.warmup} warm-up"
         + (f", rounded to {round_digits} significant digits" if round_digits else "")
         + f"); memory in {MEMORY_UNIT} per microbatch and stage"
@@ -130,6 +132,7 @@ def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str,
             "model": dict(cfg),
             "device": run.device,
             "threads": run.threads,
+            "clock": run.clock,
             "torch": run.torch_version,
             "warmup": run.warmup,
             "repeats": run.repeats,
