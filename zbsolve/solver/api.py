@@ -29,7 +29,7 @@ from zbsolve.instance import Instance
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
-from zbsolve.solver.bounds import analytic_bound, check_memory, serial_schedule
+from zbsolve.solver.bounds import analytic_bound, check_memory, heads_tails, serial_schedule
 from zbsolve.solver.model import (
     MEMORY_MODELS,
     OBJECTIVES,
@@ -134,6 +134,22 @@ class _Candidate:
     sim: SimResult
 
 
+def _greedy(inst: Instance, objective: str) -> tuple[Schedule, SimResult] | None:
+    """The memory-aware greedy list scheduler (``zbsolve.solver.heuristic``) when installed:
+    it covers placements and budgets no hand-made family does."""
+    try:
+        from zbsolve.solver.heuristic import HeuristicError, heuristic_schedule
+    except ModuleNotFoundError as exc:
+        if exc.name != "zbsolve.solver.heuristic":
+            raise
+        return None
+    try:
+        sched, sim = heuristic_schedule(inst, objective, time_limit=1.0)
+    except HeuristicError:
+        return None
+    return (sched, sim) if sim.feasible else None
+
+
 def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines: list
                 ) -> list[_Candidate]:
     """Every memory-feasible starting point, best first: hand-made, their I/W-split forms,
@@ -146,6 +162,9 @@ def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines
         sim = simulate(inst, sched)
         if sim.feasible:
             out.append(_Candidate(sched.name, sched, sim))
+    greedy = _greedy(inst, objective)
+    if greedy is not None:
+        out.append(_Candidate(greedy[0].name, greedy[0], greedy[1]))
     serial = serial_schedule(inst)
     out.append(_Candidate(serial.name, serial, simulate(inst, serial)))
     out.sort(key=lambda c: (objective_of(c.sim, objective), c.sim.makespan, c.sim.max_span))
@@ -236,6 +255,14 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     )
 
 
+def hint_sim_orders(inst: Instance, starts: dict[Op, float]) -> list[list[Op]]:
+    """Ops of each device (any order) under the given starts."""
+    rows: list[list[Op]] = [[] for _ in range(inst.devices)]
+    for op in starts:
+        rows[inst.placement[op.stage]].append(op)
+    return rows
+
+
 def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaining: float,
                  progress: Progress, info: dict[str, Any]) -> tuple[Schedule | None, float | None]:
     """One monolithic CP-SAT run hinted with the incumbent; returns (schedule, valid bound)."""
@@ -248,12 +275,20 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
     if options.symmetry:
         starts = sorted_by_microbatch(starts)
     # The makespan of an ASAP-timed feasible order is attainable in the model, so it is a safe
-    # upper bound (and horizon). Not for span: the hint may start a device late on purpose.
-    ub = None
-    if options.objective == "makespan" and hint_sim.feasible:
+    # upper bound (and horizon). For span only if the hint starts every device at its head (the
+    # model pins that); then every op ends by max(head of a first op) + span.
+    ub, horizon = None, None
+    if hint_sim.feasible and options.objective == "makespan":
         ub = int(round(hint_sim.makespan))
+    elif hint_sim.feasible:
+        heads = heads_tails(si, ordered=False).head
+        h0 = [heads[Op("F", min(si.stages_of(d)), 0)] for d in range(si.devices)]
+        firsts = [min(starts[op] for op in row) for row in hint_sim_orders(si, starts)]
+        if all(abs(a - b) < 0.5 for a, b in zip(firsts, h0)):
+            ub = int(round(hint_sim.max_span))
+            horizon = int(max(h0)) + ub
     sm = build_model(inst, options.objective, hint={k: int(round(v)) for k, v in starts.items()},
-                     upper_bound=ub, memory_model=options.memory_model,
+                     upper_bound=ub, horizon=horizon, memory_model=options.memory_model,
                      symmetry=options.symmetry, scale=scale)
     info.update(scale=asdict(scale), model=sm.stats)
     solver = cp_model.CpSolver()
