@@ -257,6 +257,13 @@ def test_cli_runs_a_table_and_refuses_a_mismatch(tmp_path):
     report = json.loads(ok.stdout)
     assert report["ok"] and report["max_rel_diff"] <= RTOL and report["engine"] == "ours"
     assert ok.stderr.strip().splitlines()[-1].startswith("PASS:")
+    strict = subprocess.run(
+        [*exe, "run", str(path), "--layers", "2", "--hidden", "32", "--seq", "16",
+         "--engine", "torch", "--rtol", "1e-12", "--device", "cpu"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert strict.returncode == 1, strict.stderr  # a difference above rtol fails the run
+    last = strict.stdout.strip().splitlines()[-1]
+    assert last.startswith("FAIL:") and "> rtol 1e-12" in last
     events = json.loads(trace.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in slices} == {0, 1}  # measured and predicted
@@ -285,3 +292,10 @@ def test_iw_split_does_the_backward_once():
     linear_flops = 2 * cfg.microbatch_size * cfg.seq * (
         cfg.layers * 12 * cfg.hidden**2 + cfg.hidden * cfg.vocab)
     assert counters["W"] == linear_flops
+
+
+def test_cli_and_core_do_not_import_torch():
+    code = ("import sys; import zbsolve.cli as c; c.build_parser(); import zbsolve.export.executor;"
+            " import zbsolve.simulate; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr

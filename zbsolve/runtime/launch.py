@@ -80,7 +80,13 @@ def run_rank(rank: int, world: int, jobs: list[Job], opts: RunOptions) -> list[d
     device = _init(rank, world, opts)
     try:
         ctx = RankContext(rank, world, device, opts)
-        return [run_job(ctx, job) for job in jobs]
+        reports = [run_job(ctx, job) for job in jobs]
+        # Leave together: a rank tearing gloo down while rank 0 still computes the reference
+        # can abort in gloo's destructor (seen as SIGABRT, "terminate called ...").
+        dist.barrier()
+        if os.environ.get("ZBSOLVE_RUN_DEBUG"):
+            print(f"[rank {rank}] all jobs done, leaving the process group", flush=True)
+        return reports
     finally:
         dist.destroy_process_group()
 
