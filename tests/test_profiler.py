@@ -184,6 +184,7 @@ def test_profile_tiny_model_on_cpu(tmp_path):
         assert inst.limit == (64.0, 64.0)
     meta = measured.extra["meta"]
     assert meta["clock"] == "wall" and meta["threads"] == 1 and meta["units"]["memory"] == "MiB"
+    assert meta["p2p"]["mode"] == "pingpong" and meta["p2p"]["bytes"] == 2 * 16 * 32 * 4
     assert all(sp["n"] == 3 and sp["min"] <= sp["median"] <= sp["max"]
                for k in "FIW" for sp in meta["spread"][k])
     assert rounded.F == tuple(round_significant(x, 3) for x in meta["measured"]["F"])
@@ -208,7 +209,7 @@ def test_loop_end_to_end_two_ranks(tmp_path):
 
     cfg = GPTConfig(**TINY)
     opts = LoopOptions(devices=2, microbatches=4, repeats=2, warmup=1, time_limit=3.0, runs=1,
-                       steps=2, clock="cpu")
+                       steps=2, clock="cpu", p2p_mode="handoff")
     summary = run_loop(cfg, opts, tmp_path, command="test")
     rows = {(r["layout"], r["schedule"]): r for r in summary["rows"]}
     assert set(rows) == {("v1-loop", "zbsolve"), ("v1-loop", "1f1b"), ("v1-loop", "zb-h1"),
@@ -226,6 +227,7 @@ def test_loop_end_to_end_two_ranks(tmp_path):
                  "instance-v2-V.yaml", "tables/v2-V-zb-v.json"):
         assert (tmp_path / name).exists(), name
     assert load_instance(tmp_path / "instance-v2-V.yaml").placement == (0, 1, 1, 0)
+    assert summary["comm_mode"] == "handoff" and summary["comm_ms"]["min"] > 0
 
 
 @pytest.mark.torch
@@ -235,6 +237,10 @@ def test_profile_model_rejects_bad_counts_and_interval():
     from zbsolve.runtime.model import GPTConfig
 
     cfg = GPTConfig(**TINY)
+    from zbsolve.profiler.p2p import measure_p2p
+
+    with pytest.raises(ValueError, match="--p2p"):
+        measure_p2p((2, 4, 8), mode="smoke-signals")
     with pytest.raises(ValueError, match="--sample-interval"):
         profile_model(cfg, 2, 4, repeats=1, warmup=0, interval=-1.0)
     with pytest.raises(ValueError, match="--repeats"):

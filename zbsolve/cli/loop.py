@@ -25,6 +25,8 @@ def register(sub) -> None:
                         help="sleep between profile sample rounds (0)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="profile clock: wall (default) or thread CPU time (see profile)")
+    parser.add_argument("--p2p", choices=("pingpong", "handoff"), default="pingpong",
+                        help="comm measurement (see profile)")
     parser.add_argument("--time-limit", type=float, default=20.0,
                         help="solver seconds per layout (20)")
     parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (1)")
@@ -54,6 +56,7 @@ def handle(args) -> int:
     opts = LoopOptions(
         devices=args.devices, microbatches=args.microbatches, repeats=args.repeats,
         warmup=args.warmup, interval=args.sample_interval, clock=args.clock,
+        p2p_mode=args.p2p,
         time_limit=args.time_limit,
         workers=args.workers, seed=args.seed, runs=args.runs, steps=args.steps,
         memory_limit=(args.memory_limit if args.memory_limit in LIMIT_POLICIES

@@ -55,6 +55,9 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="CPU timing: wall clock (default) or the thread's CPU time, which "
                              "ignores preemption by other jobs on a shared machine")
+    parser.add_argument("--p2p", choices=("pingpong", "handoff"), default="pingpong",
+                        help="comm: ping-pong / 2 (default) or a hand-off to a receiver blocked "
+                             "in recv while the sender computes (what a pipeline run pays)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads while measuring (1, as the runner uses per rank)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
@@ -96,6 +99,7 @@ def run_profile(args: argparse.Namespace, command: str):
         microbatches=args.microbatches, placement=args.placement, repeats=args.repeats,
         warmup=args.warmup, memory_limit=limit, threads=args.threads, device=args.device,
         optimizer_states=args.optimizer_states, interval=args.sample_interval, clock=args.clock,
+        p2p_mode=args.p2p,
         name=args.name,
         command=command,
     )
@@ -134,8 +138,8 @@ def handle(args) -> int:
           f"{run.repeats} after {run.warmup} warm-up; analytic = {run.memory_model.label}")
     print(format_table(comparison_rows(run)))
     c = run.comm
-    print(f"comm (one-way P2P, {run.p2p.get('bytes', 0)} bytes): median {c.median:.4g} ms "
-          f"[min {c.min:.4g}, max {c.max:.4g}]")
+    print(f"comm (one-way P2P {run.p2p.get('mode', '')}, {run.p2p.get('bytes', 0)} bytes): "
+          f"median {c.median:.4g} ms [min {c.min:.4g}, max {c.max:.4g}]")
     limit = "none" if run.limit_bytes is None else f"{run.limit_bytes[0] / 2**20:.6g} MiB"
     print(f"memory limit per device: {limit} ({run.limit_source})")
     print("wrote " + ", ".join(str(p) for p in written))

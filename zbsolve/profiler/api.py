@@ -36,7 +36,7 @@ def _budget(device, free: int | None, stages: list[StageProfile], placement: tup
 def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str = "loop",
             repeats: int = 10, warmup: int = 3, memory_limit: float | None = None,
             threads: int = 1, device: str = "cpu", optimizer_states: int = 0,
-            interval: float = 0.0, clock: str = "wall",
+            interval: float = 0.0, clock: str = "wall", p2p_mode: str = "pingpong",
             p2p_repeats: int = 30, p2p=None, name: str | None = None,
             command: str = "") -> ProfileRun:
     """Profile ``cfg`` (a :class:`zbsolve.runtime.model.GPTConfig`) as S = devices x chunks stages.
@@ -48,7 +48,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     a :class:`~zbsolve.profiler.p2p.P2PResult` to reuse (the boundary tensor does not depend on
     the layout, so ``zbsolve loop`` measures it once for all layouts). ``interval``: seconds
     slept between sample rounds (see :func:`zbsolve.profiler.core.profile_model`); ``clock``:
-    ``wall`` or ``cpu`` (thread CPU time, see :class:`zbsolve.profiler.timing.Stopwatch`).
+    ``wall`` or ``cpu`` (thread CPU time, see :class:`zbsolve.profiler.timing.Stopwatch`);
+    ``p2p_mode``: ``pingpong`` or ``handoff`` (see :mod:`zbsolve.profiler.p2p`).
     """
     import torch
 
@@ -81,7 +82,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
         torch.set_num_threads(previous_threads)
     shape = (cfg.microbatch_size, cfg.seq, cfg.hidden)
     if devices > 1:
-        p2p = p2p or measure_p2p(shape, "float32", warmup=5, repeats=p2p_repeats, threads=threads)
+        p2p = p2p or measure_p2p(shape, "float32", warmup=5, repeats=p2p_repeats, threads=threads,
+                                 mode=p2p_mode)
         comm, p2p_info = p2p.one_way_ms, p2p.to_dict()
     else:
         comm, p2p_info = Spread.of([0.0]), {"note": "one device: no hand-offs"}

@@ -60,6 +60,7 @@ class LoopOptions:
     warmup: int = 3
     interval: float = 0.0  # seconds between profile sample rounds
     clock: str = "wall"  # profile clock: wall | cpu
+    p2p_mode: str = "pingpong"  # comm measurement: pingpong | handoff
     time_limit: float = 20.0  # solver seconds per layout
     workers: int = 1  # CP-SAT workers
     seed: int = 0
@@ -175,7 +176,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
     out = Path(out_dir)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     p2p = measure_p2p((cfg.microbatch_size, cfg.seq, cfg.hidden), "float32",
-                      threads=opts.threads)
+                      threads=opts.threads, mode=opts.p2p_mode)
     runs: dict[str, ProfileRun] = {}
     instances: dict[str, Instance] = {}
     for layout in LAYOUTS:
@@ -221,6 +222,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         "memory_limit_mib": limit_mib,
         "memory_limit_source": limit_source,
         "comm_ms": p2p.one_way_ms.to_dict(),
+        "comm_mode": p2p.mode,
         # the layouts cut the same model: their F+I+W per microbatch should agree; a large
         # difference means the machine was disturbed while one of them was profiled
         "work_per_microbatch_ms": work,
@@ -286,7 +288,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         f"Model {summary['model']}; device {summary['device']} ({summary['backend']}), torch "
         f"{summary['torch']}; memory limit {limit} per device ({summary['memory_limit_source']}); "
-        f"one-way P2P {summary['comm_ms']['median']:.4f} ms. Machine {summary['machine']}, "
+        f"one-way P2P ({summary['comm_mode']}) {summary['comm_ms']['median']:.4f} ms. "
+        f"Machine {summary['machine']}, "
         f"1-minute load average {summary['load_average_1m']['before']} before, "
         f"{summary['load_average_1m']['after']} after (other jobs share it: timings are noisy).",
         "Predicted = simulator makespan on the profiled instance (ms); measured = the runner's "
