@@ -71,7 +71,8 @@ def family_tables(p: int, m: int) -> list[tuple[str, ExecutorTable]]:
     return out
 
 
-def solver_table(p: int, m: int, v: int) -> ExecutorTable | None:
+def solver_table(p: int, m: int, v: int, placement: str | list[int] = "loop"
+                 ) -> ExecutorTable | None:
     """A CP-SAT schedule with the I/W split on a heterogeneous instance (None if no solver)."""
     try:
         from zbsolve.solver import SolveOptions, solve
@@ -79,8 +80,7 @@ def solver_table(p: int, m: int, v: int) -> ExecutorTable | None:
         return None
     S = p * v
     inst = load_instance(dict(
-        name=f"hetero-p{p}-v{v}", devices=p, microbatches=m, chunks=v,
-        placement="v" if v == 2 else "loop",
+        name=f"hetero-p{p}-v{v}", devices=p, microbatches=m, chunks=v, placement=placement,
         times=dict(F=[1 + 0.3 * (s % 3) for s in range(S)], I=[1.2 + 0.2 * (s % 2) for s in range(S)],
                    W=0.7),
         comm=0.1, memory=dict(activation=1, weight=0.4, limit=p * v)))
@@ -185,9 +185,13 @@ def test_mismatched_table_refused_before_running():
 def _run_group(p: int, m: int, tmp_path: Path, torch_names: tuple[str, ...]):
     cfg = small_cfg(2 * p)
     tables = family_tables(p, m)
-    solver = solver_table(p, m, 1)
-    if solver is not None:
-        tables.append(("solver v=1 loop", solver))
+    solvers = [("solver v=1 loop", 1, "loop")]
+    if p == 2:  # also V and an explicit placement (two neighbouring stages per rank)
+        solvers += [("solver v=2 v", 2, "v"), ("solver v=2 explicit", 2, [0, 0, 1, 1])]
+    for label, v, placement in solvers:
+        solver = solver_table(p, m, v, placement)
+        if solver is not None:
+            tables.append((label, solver))
     jobs = [Job(t.to_dict(), cfg.to_dict(), label=label) for label, t in tables]
     jobs += [torch_csv_job(label, t, cfg, tmp_path) for label, t in tables
              if label.split()[0] in torch_names]
@@ -209,6 +213,8 @@ def test_two_ranks_every_family_solver_and_torch_engine(tmp_path):
     labels = {r["label"] for r in reports}
     assert {"1f1b v=1 loop", "zb-h1 v=1 loop"} <= labels
     assert any(lbl.endswith("v=2 v") for lbl in labels)  # a V-placement family ran
+    if "solver v=1 loop" in labels:
+        assert {"solver v=2 v", "solver v=2 explicit", "torch:solver v=2 explicit"} <= labels
     torch_runs = [r for r in reports if r["engine"] == "torch"]
     assert {r["label"].split()[0] for r in torch_runs} >= {"torch:1f1b", "torch:zb-h1"}
     ours = [r for r in reports if r["engine"] == "ours"]
