@@ -21,7 +21,7 @@ from conftest import INSTANCES, REFERENCE, make_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zbsolve.baselines import NotApplicable, generate
+from zbsolve.baselines import NotApplicable, generate, zbv
 from zbsolve.baselines.dualpipev import dualpipev
 from zbsolve.baselines.vshape import block_offsets, block_peak, one_f_one_b_v, v_half, v_min, zb_v
 from zbsolve.instance import load_instance
@@ -117,21 +117,74 @@ def test_1f1b_v_peak_is_the_1f1b_peak_and_beats_1f1b():
 
 
 # ---------------------------------------------------------------------- ZB paper (arXiv) rows
-# Measured ZB-V bubble (span metric) on the arXiv rows with p = 16; the published ZB-V column
-# is 0.0697 / 0.0533 / 0.0274: our list scheduler is 0.015-0.023 above it on every arXiv row
-# (results/vshape/bench_v.txt), and also above the table's ZB-H2 column (0.0823 / 0.0630 /
-# 0.0325 here): the published ZB-V is not reproduced yet.
-ZBV_MEASURED = {48: 0.0924, 64: 0.0765, 128: 0.0428}
-
-
-@pytest.mark.parametrize("row", ZBV_ROWS[:3], ids=lambda r: f"{r['model']}-m{r['m']}")
-def test_zb_v_on_the_arxiv_rows_fits_the_1f1b_peak(row):
-    inst = load_instance(
+# The published ZB-V column comes from the authors' phased V construction (zbsolve/baselines/
+# zbv.py rebuilds it). Measured with the simulator: within 0.0005 of the column on all 9 rows
+# (results/vshape/bench_v.txt); the column's own per-row profiled times differ slightly from
+# the rounded per-model times in the CSV, which is where the last digit goes.
+def _arxiv_instance(row: dict[str, str]):
+    return load_instance(
         INSTANCES / "zbv-arxiv" / f"zbv-{row['model'].lower()}-p{row['p']}-m{row['m']}.yaml")
+
+
+@pytest.mark.parametrize("row", ZBV_ROWS, ids=lambda r: f"{r['model']}-m{r['m']}")
+def test_zb_v_reproduces_the_arxiv_column_at_the_1f1b_peak(row):
+    inst = _arxiv_instance(row)
     r = validate(inst, zb_v(inst))  # raises if the 2p limit is exceeded
     assert max(r.peak_memory) == 2 * inst.p
-    assert r.bubble_span == pytest.approx(ZBV_MEASURED[inst.m], abs=1e-4)
-    assert 0 < r.bubble_span - float(row["ZB-V"]) < 0.025
+    assert r.bubble_span == pytest.approx(float(row["ZB-V"]), abs=0.001)
+
+
+def test_zb_v_exact_figures_on_the_first_arxiv_row():
+    """p=16, m=48 (F=14.41, I=14.38, W=9.68, comm=1.61): the worst device idles 276.67 ms
+    over a step of 48 x 2 x 38.47 = 3693.12 ms of work, 276.67 / 3969.79 = 0.0697."""
+    inst = _arxiv_instance(ZBV_ROWS[0])
+    r = simulate(inst, zb_v(inst))
+    assert r.max_span - inst.device_work(0) == pytest.approx(276.67, abs=1e-6)
+    assert r.max_span == pytest.approx(3969.79, abs=1e-6)
+
+
+def test_construction_times_are_the_simulators():
+    """The construction times each op as it places it; the simulator must agree exactly."""
+    inst = _arxiv_instance(ZBV_ROWS[3])  # p = 24, m = 72
+    for c in zbv.candidates(inst):
+        r = simulate(inst, Schedule(c.orders))
+        assert r.span == pytest.approx(c.span, abs=1e-6)
+        assert r.makespan == pytest.approx(c.makespan, abs=1e-6)
+        assert [r.span[d] - inst.device_work(d) for d in range(inst.p)] == pytest.approx(
+            c.idle, abs=1e-6)
+
+
+def test_fill_rules_matter_and_the_best_is_kept():
+    """p=32, m=96: the lazy fill setting (no W beyond the allowance) gives the least span."""
+    inst = _arxiv_instance(ZBV_ROWS[6])
+    built = {c.rules: c.max_span for c in zbv.candidates(inst)}
+    assert len(built) == 4
+    assert built[zbv.FillRules(False, False)] == pytest.approx(5408.78, abs=1e-6)
+    assert built[zbv.FillRules(True, True)] == pytest.approx(5412.08, abs=1e-6)
+    assert built[zbv.FillRules(True, False)] == pytest.approx(5426.59, abs=1e-6)
+    assert simulate(inst, zb_v(inst)).max_span == pytest.approx(5408.78, abs=1e-6)
+
+
+def test_zb_v_falls_back_where_the_construction_does_not_apply():
+    """Uneven stage times can break the construction's counting rules (here the steady
+    state would need an input backward whose input is not placed yet); the list scheduler
+    then produces the schedule (valid, at the 2p peak)."""
+    inst = make_instance(p=2, m=6, v=2, placement="v", F=[2, 0.5, 0.5, 1])
+    assert zbv.candidates(inst) == []
+    with pytest.raises(zbv.ConstructionError, match="device"):
+        zbv.construct(inst, zbv.ALL_RULES[0])
+    r = simulate(inst, zb_v(inst))
+    assert r.busy == pytest.approx([inst.device_work(d) for d in range(inst.p)])
+    assert max(r.peak_memory) <= 2 * inst.p
+
+
+def test_zb_v_on_uneven_stages_is_the_best_of_construction_and_list_scheduler():
+    inst = make_instance(p=4, m=12, v=2, placement="v", F=[1, 1.5, 1, 1, 2, 1, 1, 1],
+                         I=[1, 1, 1.2, 1, 1, 1, 2, 1], W=1.0, comm=0.1, weight=0.4)
+    built = zbv.candidates(inst)
+    assert built
+    ours = simulate(inst, zb_v(inst)).max_span
+    assert ours <= min(c.max_span for c in built) + 1e-9
 
 
 # ---------------------------------------------------------------------- DualPipeV

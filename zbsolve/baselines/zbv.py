@@ -196,6 +196,12 @@ class _Builder:
     def put_forward(self, d: int, chunk: int) -> None:
         self.put(d, 0, self.stages[d][chunk], self.nf[d][chunk])
 
+    def can_forward(self, d: int, chunk: int) -> bool:
+        """Whether the device's next forward of ``chunk`` has its input and fits in memory."""
+        s = self.stages[d][chunk]
+        return (self.arrival(0, s, self.nf[d][chunk]) >= 0
+                and self.mem[d] + self.delta[0][s] <= self.cap[d] + EPS)
+
     def put_w(self, d: int) -> None:
         if not self.pending[d]:
             raise ConstructionError(f"device {d}: memory cap reached with no W to run")
@@ -242,19 +248,23 @@ def _build(inst: Instance, rules: FillRules, cap_chunks: int, extra: list[float]
                 for j in range(d + 1):
                     b.put_forward(j, 0)
         b.put_forward(d, 1)
-    # 3. catch-up forwards, fed from the turn side, alternating chunks
+    # 3. catch-up forwards, fed from the turn side, alternating chunks. With equal stages
+    # every such forward has its input and fits; with uneven stages one may not, and it is
+    # skipped (the steady state picks it up) rather than breaking the construction.
     chunk = 0
     for d in range(1, p):
+        stuck = 0
         while (sum(b.nf[d]) < sum(b.nf[d - 1])
                or b.nf[d][1] <= b.nf[d - 1][1] < m):
             placed = 0
             for j in range(p - 1, d - 1, -1):
-                if b.nf[j][chunk] < m:
+                if b.nf[j][chunk] < m and b.can_forward(j, chunk):
                     b.put_forward(j, chunk)
                     placed += 1
             chunk = 1 - chunk
-            if not placed and b.nf[d][0] == m and b.nf[d][1] == m:
-                raise ConstructionError(f"device {d}: catch-up phase ran out of forwards")
+            stuck = 0 if placed else stuck + 1
+            if stuck == 2:
+                raise ConstructionError(f"device {d}: catch-up phase cannot place a forward")
     # 4. steady state and cool-down: one input backward per device per round, then a forward
     for _ in range(2 * m):
         up, down = [], []
