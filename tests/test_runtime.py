@@ -252,6 +252,15 @@ def test_failing_rank_stops_the_run_with_its_error():
     assert time.perf_counter() - t0 < 60  # the healthy rank was stopped, not left to time out
 
 
+def test_stuck_rank_makes_its_peer_time_out():
+    _, table = family_tables(2, 4)[1]
+    job = Job(table.to_dict(), small_cfg(2).to_dict(), label="hang")
+    t0 = time.perf_counter()
+    with pytest.raises(RankFailed, match=r"rank 0 failed: P2PTimeout: P2P .* timed out after 4s"):
+        run_jobs([job], 2, RunOptions(timeout_s=4, hang_at=(1, 2)))
+    assert time.perf_counter() - t0 < 40
+
+
 def test_cli_runs_a_table_and_refuses_a_mismatch(tmp_path):
     inst = unit_instance(2, 4, 1, "loop")
     table = lower(inst, generate("zb-h1", inst))

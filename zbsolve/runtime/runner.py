@@ -12,6 +12,7 @@ with the single-process reference (:mod:`zbsolve.runtime.reference`).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,7 @@ class RunOptions:
     rtol: float = 1e-5
     threads: int = 1  # torch intra-op threads per rank on CPU
     fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
+    hang_at: tuple[int, int] | None = None  # (rank, action index): stall there (tests)
 
 
 @dataclass
@@ -124,6 +126,8 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTCo
             print(f"[rank {ctx.rank}] step {step} action {i} {a.token}", flush=True)
         if ctx.opts.fail_at == (ctx.rank, i):
             raise InjectedFailure(f"injected failure on rank {ctx.rank} at action {i} ({a.token})")
+        if ctx.opts.hang_at == (ctx.rank, i):
+            time.sleep(10 * ctx.opts.timeout_s)  # a stuck rank: its peers must time out
         if a.is_comm:
             j = i
             while j < len(actions) and actions[j].is_comm and actions[j].batch == a.batch:
