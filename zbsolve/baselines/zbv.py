@@ -28,7 +28,7 @@ Phases:
    needed) and then at most one forward (chunk 1 when its input is there, else chunk 0 when
    its input is there). Before an op, pending W's run while one fits into the wait for the
    op's input; one more W may run when the wait is longer than the device's remaining
-   bubble allowance (``fill_before_i``/``fill_before_f`` choose whether that applies to the
+   bubble allowance (``FillRules.before_i``/``before_f`` choose whether that applies to the
    "down" backward and to forwards). A forward that would exceed the memory cap first
    flushes W's.
 5. remaining W's.
@@ -37,7 +37,12 @@ The bubble allowance of a device is the largest idle time any device has had so 
 second pass gives each device extra allowance equal to how much less idle it had than the
 worst device in the previous pass (so lightly loaded devices take W's early and the worst
 one is relieved), repeated while the worst idle improves. The four fill settings are all
-tried; the caller keeps the one the simulator rates best.
+tried; the caller keeps the one with the least longest span (the construction's times are
+the simulator's, tests/test_baselines_v.py checks that).
+
+One departure, which never triggers on equal stages: a phase-3 forward whose input is not
+there yet or that would not fit is skipped (phase 4 places it) instead of failing, so
+uneven stages break the construction less often.
 """
 
 from __future__ import annotations
@@ -56,9 +61,9 @@ MAX_PASSES = 64  # allowance refinement passes; it stops long before in practice
 class ConstructionError(RuntimeError):
     """The phased ZB-V construction does not apply to this instance (the message says where).
 
-    It is built for m >= p-ish pipelines with one chunk activation per stage; odd instances
-    (very few microbatches, very uneven memory) can break its counting rules. The caller
-    falls back to the generic V list scheduler then.
+    Its counting rules assume equal stages (the authors' setting); uneven stage times can
+    leave an op without its input where the rules place it, uneven memory can hit the cap
+    with nothing to flush. The caller falls back to the generic V list scheduler then.
     """
 
 
