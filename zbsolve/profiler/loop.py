@@ -32,7 +32,7 @@ from typing import Any
 
 from zbsolve.instance import Instance, load_instance
 from zbsolve.profiler.units import MIB
-from zbsolve.profiler.writer import ProfileRun, instance_dict
+from zbsolve.profiler.writer import instance_dict
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,6 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
     (out / "tables").mkdir(parents=True, exist_ok=True)
     p2p = measure_p2p((cfg.microbatch_size, cfg.seq, cfg.hidden), "float32",
                       threads=opts.threads, mode=opts.p2p_mode)
-    runs: dict[str, ProfileRun] = {}
     instances: dict[str, Instance] = {}
     for layout in LAYOUTS:
         run = profile(cfg, devices=opts.devices, chunks=layout.chunks,
@@ -186,7 +185,6 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
                       device=opts.device, interval=opts.interval,
                       clock=opts.clock, p2p=p2p, name=layout.name,
                       command=command)
-        runs[layout.name] = run
         instances[layout.name] = load_instance(instance_dict(run, opts.round_digits))
     limit_mib, limit_source = memory_limit(opts.memory_limit, instances)
     planned: list[Planned] = []
