@@ -98,7 +98,7 @@ def test_v_min_and_v_half_exact_idle_at_unit_cost():
         assert simulate(inst, v_half(inst)).max_span == 6 * m + 3 * p - 7
 
 
-@pytest.mark.parametrize("row", UNIT_ROWS[:6], ids=lambda r: f"p{r['p']}-m{r['m']}")
+@pytest.mark.parametrize("row", UNIT_ROWS, ids=lambda r: f"p{r['p']}-m{r['m']}")
 def test_zb_v_has_no_bubble_at_unit_cost_and_the_1f1b_peak(row):
     inst = _unit_instance(row)
     r = simulate(inst, zb_v(inst))
@@ -295,3 +295,25 @@ def test_every_applicable_v_generator_yields_a_valid_schedule(inst):
             continue
         r = simulate(inst, sched)
         assert r.busy == pytest.approx([inst.device_work(d) for d in range(inst.p)])
+
+
+@st.composite
+def _uniform_v_instances(draw):
+    """The authors' setting: equal stages, any times, comm and weight share, any p and m."""
+    p = draw(st.integers(1, 8))
+    a = draw(st.floats(0.5, 3.0))
+    t = st.floats(0.1, 5.0)
+    return make_instance(
+        p=p, m=draw(st.integers(1, 24)), v=2, placement="v", F=draw(t), I=draw(t), W=draw(t),
+        comm=draw(st.sampled_from([0.0, 0.05, 1.0])), activation=a,
+        weight=a * draw(st.floats(0.0, 1.0)), limit=2 * p * a)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_uniform_v_instances())
+def test_construction_applies_to_every_uniform_instance_within_the_1f1b_peak(inst):
+    built = zbv.candidates(inst)
+    assert [c.rules for c in built] == list(zbv.ALL_RULES)
+    for c in built:
+        r = validate(inst, Schedule(c.orders))  # raises above 2p chunk activations
+        assert r.max_span == pytest.approx(c.max_span, abs=1e-6)
