@@ -2,8 +2,8 @@
 
 Device r holds chunk 0 = stage r and chunk 1 = stage 2p-1-r, so a microbatch goes down the
 devices on chunk 0, turns on device p-1 and comes back up on chunk 1; its backward runs the
-same path in reverse. All four families are produced by one list scheduler (``_greedy``) that
-differs only in its priority rule and its per-device memory cap:
+same path in reverse. The families come from one list scheduler (``_greedy``) that differs
+only in its priority rule and its per-device memory cap, except ZB-V on equal stages:
 
 - 1F1B-V: full backward B ops, one forward then one backward, cap 2p chunk activations;
 - ZB-V: the Zero Bubble authors' phased construction (``zbv.py``) reproduces the published
@@ -15,9 +15,9 @@ differs only in its priority rule and its per-device memory cap:
   forward early while the block's later memory stays under the family's peak; after its last
   chunk-0 forward (cool-down) W's only fill waits and the next F1, I1 or I0 runs when ready.
 
-1F1B-V and the list-scheduler ZB-V try a few variants of their rule (holding a chunk-0 forward that would
-still run when chunk 1's input arrives, with some slack or none; for ZB-V also the memory
-room kept for the way back) and keep the one the simulator rates best: makespan for 1F1B-V,
+1F1B-V and the list-scheduler ZB-V try a few variants of their rule (holding a chunk-0
+forward that would still run when chunk 1's input arrives, with some slack or none; for ZB-V
+also the memory room kept for the way back) and keep the one the simulator rates best: makespan for 1F1B-V,
 longest per-device span for ZB-V (the papers' metrics).
 
 Why a scheduler rather than fixed index formulas: it works for any per-stage times and comm
