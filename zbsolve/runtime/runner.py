@@ -95,6 +95,9 @@ def check_table(table: ExecutorTable, world: int, cfg: GPTConfig) -> None:
         )
     if len(table.placement) != table.stages or table.stages < 1:
         raise TableMismatch("table placement: expected one rank per logical stage")
+    outside = sorted({r for r in table.placement if not 0 <= r < world})
+    if outside:
+        raise TableMismatch(f"table placement names rank(s) {outside} outside 0..{world - 1}")
     empty = sorted(set(range(world)) - set(table.placement))
     if empty:
         raise TableMismatch(f"table placement leaves rank(s) {empty} without a stage")
