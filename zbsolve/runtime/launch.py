@@ -109,7 +109,9 @@ def _spawned(rank: int, world: int, jobs: list[Job], opts: RunOptions, port: int
 def run_jobs(jobs: list[Job], world: int, opts: RunOptions) -> list[dict[str, Any]]:
     """Run the jobs on ``world`` ranks; returns rank 0's reports (one per job).
 
-    Under torchrun: this process is one rank; ranks other than 0 return [].
+    Under torchrun: this process is one rank; ranks other than 0 return []. Locally, the
+    rendezvous port is picked free and may be taken by another job before rank 0 binds it: that
+    one case is retried with a new port.
     """
     if in_torchrun():
         env_world = int(os.environ["WORLD_SIZE"])
@@ -117,9 +119,27 @@ def run_jobs(jobs: list[Job], world: int, opts: RunOptions) -> list[dict[str, An
             raise RuntimeError(f"torchrun started {env_world} ranks but the table needs {world}")
         reports = run_rank(int(os.environ["RANK"]), env_world, jobs, opts)
         return [r for r in reports if r is not None]
+    pickle.dumps((jobs, opts))  # fail here, not in a child, if something cannot travel
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return _spawn_once(jobs, world, opts)
+        except _PortTaken:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise RankFailed(f"rank 0 could not bind a rendezvous port in {PORT_ATTEMPTS} "
+                                 "tries (another job took each free port first)") from None
+    raise AssertionError("unreachable")
+
+
+PORT_ATTEMPTS = 3
+
+
+class _PortTaken(Exception):
+    """The free port picked for the rendezvous was taken before rank 0 bound it."""
+
+
+def _spawn_once(jobs: list[Job], world: int, opts: RunOptions) -> list[dict[str, Any]]:
     import torch.multiprocessing as mp
 
-    pickle.dumps((jobs, opts))  # fail here, not in a child, if something cannot travel
     with tempfile.TemporaryDirectory(prefix="zbsolve-run-") as out_dir:
         try:
             mp.start_processes(_spawned, args=(world, jobs, opts, _free_port(), out_dir),
@@ -127,6 +147,9 @@ def run_jobs(jobs: list[Job], world: int, opts: RunOptions) -> list[dict[str, An
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             rank = getattr(exc, "error_index", None)
             first = _first_error(out_dir, rank, str(exc))
+            errors = [_first_error(out_dir, r, "") for r in range(world)]
+            if any("EADDRINUSE" in e or "address already in use" in e.lower() for e in errors):
+                raise _PortTaken from None
             others = [f"rank {r}: {_first_error(out_dir, r, '')}" for r in range(world)
                       if r != rank and Path(out_dir, f"error-{r}.txt").exists()]
             more = f" (also {'; '.join(others)})" if others else ""
