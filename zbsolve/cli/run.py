@@ -85,6 +85,9 @@ def handle(args) -> int:
 
     if args.steps < 1:
         raise ValueError(f"--steps: expected >= 1, got {args.steps}")
+    if args.trace and args.engine == "torch":
+        raise ValueError("--trace needs --engine ours: torch's runtime gives no per-action "
+                         "timings (it reports the step time only)")
     table = load_table(args.table)
     # Before anything runs: the compute order is a valid schedule and the P2P cannot deadlock.
     simulate(instance_of(table), schedule_from_table(table))
