@@ -1,31 +1,32 @@
-"""Large instances: large-neighbourhood search with rolling time windows, started from the greedy.
+"""Large instances: large-neighbourhood search over rolling windows, started from the greedy.
 
-Why this design (numbers in docs/scale.md): at p=32, m=256 (24,576 ops) building the monolithic
-CP-SAT model alone takes ~5 s in Python and CP-SAT then stalls in presolve on 2 cores, while the
-greedy (``zbsolve.solver.heuristic``) is already at or within a fraction of a percent of the lower
-bound. What is left to gain is local: a warm-up that could hold one more forward, a cool-down whose
-W's could be packed tighter, a memory-limited stretch where deferring W lets an extra F in. A
-rolling window finds exactly those and is cheap, because the window model contains only the
-window's ops:
+Why this design (numbers and the alternatives tried in docs/scale.md): at p=32, m=256 (24,576
+ops) building the monolithic CP-SAT model alone takes ~5 s in Python and CP-SAT then stalls on 2
+cores, while the greedy (``zbsolve.solver.heuristic``) is already at or within a fraction of a
+percent of the lower bound. What is left to gain is local, and a window model that contains only
+the window's ops is cheap:
 
 * incumbent = per-device orders, timed by the simulator (ASAP);
-* window = all ops whose incumbent start lies in [t0, t1): closed under predecessors, so every op
-  before it stays where it is and fixes the window's release times (device free time, input
-  arrival) and each device's memory level at the window's start;
-* the window is re-solved by CP-SAT (intervals, precedences with comm, NoOverlap per device,
-  a reservoir per device for memory, hinted with the incumbent so it starts feasible) to minimise
-  the estimated objective (window end of each device + the incumbent's tail after it) and, second,
-  the sum of the devices' window ends (pack left);
-* the new orders (before + window re-ordered + after unchanged) are re-timed by the simulator and
-  accepted only if the simulator says the objective is no worse and the devices finish earlier.
-  Memory after the window is unchanged by construction (same set of ops in the window, and memory
-  depends on the order only), and the simulator re-checks it anyway.
+* window = on each device, the ops from where the backward wave of microbatch j passes to where
+  that of microbatch j+k passes (``mb_cut``), both cuts shrunk until predecessor-closed
+  (``closed_cut``): everything before stays where it is and fixes the window's release times
+  (device free time, input arrival) and each device's memory at the window's start;
+* CP-SAT re-solves the window (intervals, precedences with comm, NoOverlap per device, memory as
+  a cumulative over activation lifetimes clipped at the window's borders), hinted completely with
+  the incumbent. Its objective is exact, not an estimate: with the orders after the window kept,
+  each device's end is max over the window's exits of (exit end + delay + the longest path from
+  there to that device's last op through the fixed orders), precomputed per window
+  (``_post_tails``); second, the sum of the devices' window ends (pack left);
+* the new orders are re-timed by the simulator and accepted if the objective is no worse and the
+  devices finish earlier. Memory after the window is unchanged by construction (same ops in the
+  window; memory depends on the order only), and the simulator re-checks it anyway.
 
-The window slides forward with 50% overlap; its size adapts (grow when CP-SAT proves windows
-optimal fast, shrink when it times out). Everything runs on the integer-scaled instance of
-``zbsolve.solver.model.TimeScale`` so CP-SAT and the simulator agree exactly; the result is
-validated on the true instance before it is returned, and the start schedule is returned if the
-search did not beat it there. Anytime: the best schedule so far is always at hand.
+Windows slide with 50% overlap; a pass with every window proven optimal widens them, one with
+time-outs narrows and shifts them; the search stops at the time limit, at the bound, or after a
+whole pass at the widest windows proved nothing can improve. Everything runs on the integer-scaled
+instance of ``zbsolve.solver.model.TimeScale`` so CP-SAT and the simulator agree exactly; the
+result is validated on the true instance and is never worse than the start. Anytime: the best
+schedule so far is always at hand.
 """
 
 from __future__ import annotations
@@ -456,14 +457,9 @@ def improve(
 
 def split_fused(sched: Schedule) -> Schedule:
     """Fused B ops become I then W in place (never later, never more memory)."""
-    if not any(op.kind == "B" for row in sched.orders for op in row):
-        return sched
-    rows = [
-        [x for op in row for x in ((Op("I", op.stage, op.mb), Op("W", op.stage, op.mb))
-                                   if op.kind == "B" else (op,))]
-        for row in sched.orders
-    ]
-    return Schedule(rows, name=f"{sched.name}+split", meta=dict(sched.meta))
+    from zbsolve.solver.api import split_backward
+
+    return split_backward(sched)
 
 
 def _as_list(hints: Schedule | Iterable[Schedule] | None) -> list[Schedule]:
