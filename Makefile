@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEFAULT := instances/gpt-1.5b-p8-m24.yaml
+DEFAULT := instances/default.yaml
 
 .PHONY: demo test lint bench clean
 
