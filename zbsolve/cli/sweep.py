@@ -85,7 +85,7 @@ def handle(args) -> int:
             "instance": result.instance, "objective": result.objective,
             "reference_peak": result.reference_peak, "stats": result.stats,
             "interrupted": result.interrupted, "files": result.files,
-            "front": _records(result.front.sort_values("peak")), **answers,
+            "front": _records(_front(result)), **answers,
         })
     else:
         _print_text(result, answers)
@@ -125,8 +125,8 @@ def _print_text(result, answers: dict) -> None:
     print(f"{result.instance}: {s['cases']} case(s): {s['solved']} solved, {s['cached']} from "
           f"cache, {s['infeasible']} infeasible, {s['errors']} error(s); 1F1B peak {ref}; "
           f"objective {result.objective}")
-    front = result.front.sort_values("peak")[_SHOWN].drop_duplicates(
-        ["layout", "schedule", "peak", "makespan"])
+    # a schedule on the front under several limits is shown once, at the first limit it fits
+    front = _front(result)[_SHOWN].drop_duplicates(["layout", "schedule", "peak", "makespan"])
     with pd.option_context("display.width", 200, "display.float_format", "{:.4f}".format):
         print("Pareto front:")
         print(front.to_string(index=False) if not front.empty else "  (no feasible point)")
@@ -151,6 +151,10 @@ def _print_text(result, answers: dict) -> None:
         else:
             print(f"memory <= {a['memory']:g}: no point of this sweep fits")
     print("files: " + ", ".join(result.files.values()))
+
+
+def _front(result):
+    return result.front.sort_values(["peak", _step(result), "limit"], kind="stable")
 
 
 def _step(result) -> str:
