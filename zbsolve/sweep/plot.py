@@ -99,13 +99,12 @@ def _label(ax, labels: list[tuple[float, float, str, str]]) -> None:
     """Name each hand-made marker, stacking the names of markers that sit close together."""
     if not labels:
         return
-    xs = [x for x, *_ in labels]
-    ys = [y for _, y, *_ in labels]
-    xr = (max(xs) - min(xs)) or 1.0
-    yr = (max(ys) - min(ys)) or 1.0
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    xr, yr = (x1 - x0) or 1.0, (y1 - y0) or 1.0  # closeness as a share of the drawn axes
     placed: list[tuple[float, float]] = []
     for x, y, name, color in sorted(labels, key=lambda t: (t[0], t[1])):
-        near = sum(1 for px, py in placed if abs(px - x) / xr < 0.08 and abs(py - y) / yr < 0.06)
+        near = sum(1 for px, py in placed if abs(px - x) / xr < 0.08 and abs(py - y) / yr < 0.04)
         placed.append((x, y))
         ax.annotate(name, (x, y), textcoords="offset points", xytext=(7, -3 + 10 * near),
                     fontsize=8, color=color)
