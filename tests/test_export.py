@@ -288,7 +288,8 @@ def test_lower_rejects_invalid_schedules():
 
 
 def test_solver_schedule_exports():
-    solver = pytest.importorskip("zbsolve.solver")
+    from zbsolve import solver
+
     inst = _inst(3, 4, comm=0.2)
     res = solver.solve(inst, solver.SolveOptions(time_limit=5, workers=1, seed=0))
     sched = res.schedule

@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:  # TODO(integration): make strict once every subcommand module exists
-            module = importlib.import_module(f"zbsolve.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"zbsolve.cli.{name}":
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(f"zbsolve.cli.{name}").register(sub)
     return parser
 
 

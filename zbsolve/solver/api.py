@@ -107,10 +107,10 @@ def split_backward(sched: Schedule) -> Schedule:
 
 
 def hand_made(inst: Instance) -> list:
-    """Every registered hand-made schedule, simulated (``evaluate_all`` one name at a time).
+    """Every registered hand-made schedule, simulated.
 
-    A family whose module is not installed, or whose generator produces an invalid schedule,
-    is listed as not applicable with the reason, instead of taking the solver down with it.
+    A generator that produces an invalid schedule is listed as not applicable with the reason,
+    instead of taking the solver down with it.
     """
     from zbsolve.baselines import NAMES, BaselineResult, evaluate_all
 
@@ -118,10 +118,6 @@ def hand_made(inst: Instance) -> list:
     for name in NAMES:
         try:
             out += evaluate_all(inst, (name,))
-        except ModuleNotFoundError as exc:
-            if not (exc.name or "").startswith("zbsolve.baselines"):
-                raise
-            out.append(BaselineResult(name, None, None, f"not available ({exc.name} missing)"))
         except ScheduleError as exc:
             out.append(BaselineResult(name, None, None, f"invalid schedule: {exc}"))
     return out
@@ -135,14 +131,10 @@ class _Candidate:
 
 
 def _greedy(inst: Instance, objective: str) -> tuple[Schedule, SimResult] | None:
-    """The memory-aware greedy list scheduler (``zbsolve.solver.heuristic``) when installed:
-    it covers placements and budgets no hand-made family does."""
-    try:
-        from zbsolve.solver.heuristic import HeuristicError, heuristic_schedule
-    except ModuleNotFoundError as exc:
-        if exc.name != "zbsolve.solver.heuristic":
-            raise
-        return None
+    """The memory-aware greedy list scheduler: it covers placements and budgets no hand-made
+    family does."""
+    from zbsolve.solver.heuristic import HeuristicError, heuristic_schedule
+
     try:
         sched, sim = heuristic_schedule(inst, objective, time_limit=1.0)
     except HeuristicError:
@@ -197,22 +189,17 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     found: Schedule | None = None
     cp_bound: float | None = None
     remaining = options.time_limit - (time.perf_counter() - t0)
-    if method == "large":
-        try:
-            from zbsolve.solver.large import solve_large
-        except ModuleNotFoundError as exc:
-            if exc.name != "zbsolve.solver.large":
-                raise
-            info["note"] = "zbsolve.solver.large is not available; ran the exact model"
-            method = info["method"] = "exact"
     proven = rel_gap(objective_of(inc.sim, objective), analytic) <= TOL
     if proven:
         info["note"] = "the hint meets the analytic lower bound: optimal, solver not run"
     elif remaining <= 0:
         info["note"] = "no time left after the hand-made schedules; solver not run"
     elif method == "large":
+        from zbsolve.solver.large import solve_large
+
         sub = dataclasses.replace(options, time_limit=remaining)
         found, cp_bound = solve_large(inst, sub, [c.schedule for c in cands[:3]])
+        info["large"] = found.meta.get("large") if found is not None else None
     else:
         found, cp_bound = _solve_exact(inst, options, inc, remaining, progress, info)
 

@@ -347,31 +347,11 @@ def _baseline_rows(case: Case, baselines: list) -> list[dict[str, Any]]:
     return out
 
 
-_WARNED: set[str] = set()
-
-
 def evaluate_baselines(inst: Instance) -> list:
-    """Every applicable hand-made schedule of the (unlimited) instance, simulated.
+    """Every applicable hand-made schedule of the (unlimited) instance, simulated."""
+    from zbsolve.baselines import evaluate_all
 
-    A family whose generator module is not installed in this checkout is reported on stderr and
-    left out rather than aborting the sweep.
-    """
-    import importlib.util
-
-    from zbsolve.baselines import _REGISTRY, NAMES, evaluate_all
-
-    names = []
-    for name in NAMES:
-        module = f"zbsolve.baselines.{_REGISTRY[name].split(':')[0]}"
-        if importlib.util.find_spec(module) is None:
-            if name in _WARNED:
-                continue
-            _WARNED.add(name)
-            print(f"zbsolve sweep: warning: hand-made family {name!r} is unavailable "
-                  f"({module} is missing)", file=sys.stderr)
-            continue
-        names.append(name)
-    return [r for r in evaluate_all(inst, tuple(names)) if r.applicable]
+    return [r for r in evaluate_all(inst) if r.applicable]
 
 
 def _table(inst: Instance, cases: list[Case], rows: dict[str, dict[str, Any]],
