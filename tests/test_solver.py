@@ -232,8 +232,8 @@ def test_cli_solve_writes_a_checked_schedule(tmp_path, capsys):
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["status"] == "optimal" and report["objective_value"] == 27.0
-    assert report["schedules"][0]["schedule"] == "zbsolve"
-    assert any(r["schedule"] == "1f1b" for r in report["schedules"])
+    assert report["schedules"][0]["name"] == "zbsolve"
+    assert any(r["name"] == "1f1b" for r in report["schedules"])
     sched = load_schedule(out)
     res = validate(make(limit=4.0), sched)
     assert res.makespan == 27.0

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from zbsolve.cli.common import add_json, fmt_list, instance_arg, load, print_json
+from zbsolve.cli.common import (
+    add_json,
+    fmt_list,
+    instance_arg,
+    load,
+    print_json,
+    print_schedule_table,
+)
 
 
 def register(sub) -> None:
@@ -26,8 +33,6 @@ def rows(inst, include_na: bool = False) -> list[dict]:
 
 
 def handle(args) -> int:
-    import pandas as pd
-
     inst = load(args.instance)
     table = rows(inst, include_na=args.all)
     if args.json:
@@ -35,19 +40,5 @@ def handle(args) -> int:
         return 0
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
           f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}")
-    shown = [
-        {
-            "schedule": r["name"],
-            "makespan": r.get("makespan"),
-            "span": r.get("span"),
-            "bubble(makespan)": r.get("bubble_makespan"),
-            "bubble(span)": r.get("bubble_span"),
-            "peak memory": fmt_list(r["peak_memory"]) if "peak_memory" in r else r.get("reason"),
-            "feasible": ("yes" if r["feasible"] else "NO") if "feasible" in r else "n/a",
-        }
-        for r in table
-    ]
-    with pd.option_context("display.width", 200, "display.max_colwidth", 80,
-                           "display.float_format", "{:.4f}".format):
-        print(pd.DataFrame(shown).to_string(index=False))
+    print_schedule_table(table)
     return 0

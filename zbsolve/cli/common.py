@@ -49,3 +49,29 @@ def run_handler(args: argparse.Namespace) -> int:
     except (InstanceError, ScheduleError, FileNotFoundError, ValueError) as exc:
         print(f"zbsolve {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def print_schedule_table(rows: list[dict]) -> None:
+    """One table of schedules judged by the simulator (rows: ``name``, optional ``status``, and
+    ``SimResult.summary()`` fields, or ``reason`` for a family that does not apply, which is
+    listed on one line under the table instead)."""
+    import pandas as pd
+
+    shown = [
+        {
+            "schedule": r["name"],
+            **({"status": r["status"]} if "status" in r else {}),
+            "makespan": r["makespan"],
+            "span": r["span"],
+            "bubble(makespan)": r["bubble_makespan"],
+            "bubble(span)": r["bubble_span"],
+            "peak memory": fmt_list(r["peak_memory"]),
+            "fits memory": "yes" if r["feasible"] else "NO",
+        }
+        for r in rows if "reason" not in r
+    ]
+    with pd.option_context("display.width", 200, "display.float_format", "{:.4f}".format):
+        print(pd.DataFrame(shown).to_string(index=False))
+    skipped = [f"{r['name']} ({r['reason'].split(': ', 1)[-1]})" for r in rows if "reason" in r]
+    if skipped:
+        print("not applicable: " + "; ".join(skipped))

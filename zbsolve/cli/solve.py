@@ -7,7 +7,14 @@ solver's schedule next to every hand-made one, all judged by the simulator.
 
 from __future__ import annotations
 
-from zbsolve.cli.common import add_json, fmt_list, instance_arg, load, print_json
+from zbsolve.cli.common import (
+    add_json,
+    fmt_list,
+    instance_arg,
+    load,
+    print_json,
+    print_schedule_table,
+)
 
 
 def register(sub) -> None:
@@ -33,13 +40,12 @@ def register(sub) -> None:
 
 def comparison(result) -> list[dict]:
     """Solver row first, then every hand-made schedule (applicable or not)."""
-    rows = [{"schedule": "zbsolve", "status": result.status, **result.sim.summary()}]
+    rows = [{"name": "zbsolve", "status": result.status, **result.sim.summary()}]
     for r in result.baselines:
         if r.applicable:
-            status = "fits" if r.result.feasible else "over memory"
-            rows.append({"schedule": r.name, "status": status, **r.result.summary()})
+            rows.append({"name": r.name, "status": "hand-made", **r.result.summary()})
         else:
-            rows.append({"schedule": r.name, "status": "n/a", "reason": r.reason})
+            rows.append({"name": r.name, "status": "n/a", "reason": r.reason})
     return rows
 
 
@@ -77,8 +83,6 @@ def handle(args) -> int:
 
 
 def _print_table(inst, result, table: list[dict], output: str | None) -> None:
-    import pandas as pd
-
     obj = result.schedule.meta["objective"]
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
           f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}")
@@ -88,20 +92,6 @@ def _print_table(inst, result, table: list[dict], output: str | None) -> None:
           f"{result.lower_bound:.6g} (analytic {result.analytic_bound:.6g}, cp-sat "
           f"{'-' if result.cpsat_bound is None else f'{result.cpsat_bound:.6g}'}), gap "
           f"{100 * result.gap:.3f}%, {result.solve_time:.2f}s; best hand-made: {base}")
-    shown = [
-        {
-            "schedule": r["schedule"],
-            "status": r["status"],
-            "makespan": r.get("makespan"),
-            "span": r.get("span"),
-            "bubble(makespan)": r.get("bubble_makespan"),
-            "bubble(span)": r.get("bubble_span"),
-            "peak memory": fmt_list(r["peak_memory"]) if "peak_memory" in r else r.get("reason"),
-        }
-        for r in table
-    ]
-    with pd.option_context("display.width", 200, "display.max_colwidth", 60,
-                           "display.float_format", "{:.4f}".format):
-        print(pd.DataFrame(shown).to_string(index=False))
+    print_schedule_table(table)
     if output:
         print(f"schedule written to {output}")

@@ -1,0 +1,66 @@
+"""The foundation's CLI: baselines table/JSON, check on every schedule format, clean errors."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import INSTANCES, REFERENCE
+
+from zbsolve.baselines import generate
+from zbsolve.cli import main
+from zbsolve.instance import load_instance
+
+TEACHING = str(INSTANCES / "seed" / "teaching-p4-m8.yaml")
+FIELDS = {"name", "makespan", "span", "bubble_makespan", "bubble_span", "peak_memory", "feasible"}
+
+
+def test_baselines_json_lists_every_applicable_family(capsys):
+    assert main(["baselines", TEACHING, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_name = {r["name"]: r for r in rows}
+    assert set(by_name) == {"gpipe", "1f1b", "zb-h1", "zb-h2"}
+    for r in rows:
+        assert FIELDS <= set(r)
+    assert by_name["gpipe"]["makespan"] == 33 and by_name["1f1b"]["makespan"] == 33
+    assert by_name["1f1b"]["peak_memory"] == [4, 3, 2, 1]
+    assert by_name["zb-h1"]["makespan"] == 27 and by_name["zb-h2"]["span"] == 24
+
+
+def test_baselines_table_and_not_applicable_line(capsys):
+    assert main(["baselines", TEACHING, "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "1f1b" in out and "33.0000" in out and "0.2727" in out
+    assert "not applicable: 1f1b-interleaved (needs chunks >= 2" in out
+
+
+def test_check_json_and_memory_verdict(tmp_path, capsys):
+    inst = load_instance(TEACHING)
+    path = tmp_path / "gpipe.json"
+    generate("gpipe", inst).dump(path)
+    assert main(["check", TEACHING, str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] and report["makespan"] == 33 and report["feasible"]
+    tight = tmp_path / "tight.yaml"
+    inst.with_(limit=(6.0,) * 4).dump(tight)
+    assert main(["check", str(tight), str(path)]) == 1
+    assert "MEMORY: device 0 exceeds its memory limit 6" in capsys.readouterr().out
+
+
+def test_check_reads_torchs_dualpipev_csv(capsys):
+    csv = REFERENCE / "torch-artifacts" / "dualpipev_4rank_10mb.csv"
+    inst = INSTANCES / "torch-dualpipev-p4-m10.yaml"
+    assert main(["check", str(inst), str(csv), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] and report["makespan"] == 63
+
+
+def test_bad_inputs_are_one_clear_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("devices: 4\nmicrobatches: 8\ntimes: {F: 1, I: 1, W: 0}\n")
+    assert main(["baselines", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zbsolve baselines: error:") and "times.W[0]: must be > 0" in err
+    sched = tmp_path / "s.json"
+    sched.write_text(json.dumps({"orders": [["0F0", "0X0"], [], [], []]}))
+    assert main(["check", TEACHING, str(sched)]) == 2
+    assert "orders[0][1]: bad op token '0X0'" in capsys.readouterr().err
