@@ -6,17 +6,13 @@ The kernel is the venv's own ipykernel: jupyter_client swaps the spec's ``python
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
-import pytest
 from conftest import ROOT
 
 NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
-missing = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
 
 
-@pytest.mark.skipif(bool(missing), reason=f"notebook test needs {missing} (pip install .[dev])")
 def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient

@@ -8,7 +8,6 @@ runs the real solver end to end and is skipped, saying so, when ``zbsolve.solver
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
@@ -38,11 +37,6 @@ from zbsolve.sweep import (
     smallest_memory_for_bubble,
 )
 from zbsolve.sweep.runner import CaseOutcome
-
-HAS_SOLVER = importlib.util.find_spec("zbsolve.solver") is not None and (
-    importlib.util.find_spec("zbsolve.solver.__init__") is not None
-    or (INSTANCES.parent / "zbsolve" / "solver" / "__init__.py").exists()
-)
 
 
 class _Infeasible(InstanceError):
@@ -317,7 +311,6 @@ def test_cli_rejects_bad_options(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ the real solver
-@pytest.mark.skipif(not HAS_SOLVER, reason="zbsolve.solver has not landed in this checkout")
 def test_real_solver_sweep(tmp_path):
     params = SolverParams(time_limit=10.0, workers=1, seed=0)
     res = sweep(tmp_path, limits="0.25,0.5,1,1.5", params=params, solve_fn=None)
