@@ -289,7 +289,8 @@ def markdown(summary: dict[str, Any]) -> str:
         f"one-way P2P ({summary['comm_mode']}) {summary['comm_ms']['median']:.4f} ms. "
         f"Machine {summary['machine']}, "
         f"1-minute load average {summary['load_average_1m']['before']} before, "
-        f"{summary['load_average_1m']['after']} after (other jobs share it: timings are noisy).",
+        f"{summary['load_average_1m']['after']} after (the run's own ranks add about their "
+        "count; more than that means other jobs shared the machine and timings are noisy).",
         "Predicted = simulator makespan on the profiled instance (ms); measured = the runner's "
         "step time of the last of each run's optimizer steps, median over runs (min..max "
         "beside it); compute_ratio = the run's total op time / the profile's (1 = the profile "
