@@ -56,3 +56,17 @@ def test_bad_inputs_are_one_clear_line(tmp_path, capsys):
     sched.write_text(json.dumps({"orders": [["0F0", "0X0"], [], [], []]}))
     assert main(["check", TEACHING, str(sched)]) == 2
     assert "orders[0][1]: bad op token '0X0'" in capsys.readouterr().err
+
+
+def test_export_takes_the_instance_a_solved_schedule_carries(tmp_path, capsys):
+    solved = tmp_path / "s.json"
+    assert main(["solve", TEACHING, "-o", str(solved), "--time-limit", "5", "--workers", "1"]) == 0
+    table = tmp_path / "t.json"
+    assert main(["export", str(solved), "--format", "executor", "-o", str(table)]) == 0
+    assert main(["export", str(table), "--format", "torch-csv", "-o", str(tmp_path / "t.csv")]) == 0
+    assert (tmp_path / "t.csv").read_text().startswith("0F0,")
+    plain = tmp_path / "plain.json"
+    generate("1f1b", load_instance(TEACHING)).dump(plain)
+    capsys.readouterr()
+    assert main(["export", str(plain), "--format", "executor", "-o", str(tmp_path / "x.json")]) == 2
+    assert "--instance: required for this schedule file" in capsys.readouterr().err

@@ -24,6 +24,19 @@ def load(path: str) -> Instance:
     return load_instance(path)
 
 
+def instance_for(path: str | None, sched) -> Instance:
+    """The instance a schedule is for: the file given, else the one the schedule carries
+    (schedules written by ``zbsolve solve`` and executor tables carry theirs)."""
+    if path is not None:
+        return load(path)
+    if "instance" not in sched.meta:
+        raise ValueError(
+            "--instance: required for this schedule file (only schedules written by "
+            "'zbsolve solve' and executor tables carry their instance)"
+        )
+    return load_instance(sched.meta["instance"])
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float):
         return None if math.isnan(value) else round(value, 6)

@@ -1,4 +1,4 @@
-"""``zbsolve export SCHEDULE --instance INSTANCE --format F -o FILE``: hand a schedule to a runtime.
+"""``zbsolve export SCHEDULE [--instance INSTANCE] --format F -o FILE``: hand a schedule to a runtime.
 
 Every export first validates the schedule with the simulator (including memory); the executor
 table and the torch CSV with comms are also proven deadlock-free with ``p2p_check``.
@@ -12,7 +12,8 @@ FORMATS = ("executor", "torch-csv", "torch-csv-comms", "chrome-trace")
 def register(sub) -> None:
     parser = sub.add_parser("export", help="write a schedule for a runtime or a trace viewer")
     parser.add_argument("schedule", help="schedule JSON, executor table JSON or torch CSV")
-    parser.add_argument("--instance", required=True, help="instance file (YAML or JSON)")
+    parser.add_argument("--instance", help="instance file (YAML or JSON); optional for schedules "
+                        "written by 'zbsolve solve' and executor tables, which carry theirs")
     parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt",
                         help="executor | torch-csv | torch-csv-comms | chrome-trace")
     parser.add_argument("-o", "--output", required=True, help="file to write")
@@ -53,10 +54,10 @@ def export(inst, sched, fmt: str, output: str, fuse_bw: bool = False) -> str:
 
 
 def handle(args) -> int:
-    from zbsolve.cli.common import load
+    from zbsolve.cli.common import instance_for
     from zbsolve.schedule import load_schedule
 
-    inst = load(args.instance)
     sched = load_schedule(args.schedule)
+    inst = instance_for(args.instance, sched)
     print(export(inst, sched, args.fmt, args.output, fuse_bw=args.fuse_bw))
     return 0

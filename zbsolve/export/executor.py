@@ -215,7 +215,7 @@ def schedule_from_table(data: dict[str, Any] | ExecutorTable) -> Schedule:
         orders=table.compute_orders(),
         name=table.schedule_name,
         starts=starts,
-        meta={"source": FORMAT, "fused_bw": table.fused_bw},
+        meta={"source": FORMAT, "fused_bw": table.fused_bw, "instance": dict(table.instance)},
     )
 
 

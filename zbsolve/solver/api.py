@@ -222,6 +222,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
                      starts=dict(chosen.sim.start))
     base_value = objective_of(best_hand.result, objective) if best_hand else None
     sched.meta = {
+        "instance": inst.to_dict(),  # so exports of this file need no --instance
         "status": status,
         "source": source,
         "objective": objective,
