@@ -9,14 +9,13 @@ from hypothesis import strategies as st
 from zbsolve.baselines import generate
 from zbsolve.instance import load_instance
 from zbsolve.simulate import simulate, validate
+from zbsolve.solver import InfeasibleMemoryError, min_memory_limit
 from zbsolve.solver.heuristic import (
     GreedyParams,
-    HeuristicError,
     _Deadlock,
     default_variants,
     greedy,
     heuristic_schedule,
-    min_memory_limit,
 )
 
 
@@ -82,8 +81,9 @@ def test_limit_below_one_microbatch_is_rejected_with_the_minimum():
     inst = load_instance({"name": "x", "devices": 2, "microbatches": 4, "chunks": 2,
                           "placement": "v", "times": {"F": 1, "I": 1, "W": 1},
                           "memory": {"activation": 1, "weight": 0.5, "limit": 1.5}})
-    with pytest.raises(HeuristicError, match=r"memory\.limit.*\[2\.0, 2\.0\]"):
+    with pytest.raises(InfeasibleMemoryError, match=r"memory\.limit.*\[2\.0, 2\.0\]") as err:
         heuristic_schedule(inst)
+    assert err.value.min_limit == [2.0, 2.0]
 
 
 def test_exactly_the_minimum_limit_works():

@@ -46,13 +46,10 @@ from zbsolve.instance import Instance
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import SimResult, validate
+from zbsolve.solver.bounds import check_memory, min_memory_limit
 
 EPS = 1e-9
 OBJECTIVES = ("makespan", "span")
-
-
-class HeuristicError(ValueError):
-    """The instance admits no schedule (memory limit below the one-microbatch minimum)."""
 
 
 class _Deadlock(RuntimeError):
@@ -94,31 +91,6 @@ class GreedyParams:
         hold += "(warm-up)" if self.hold_f and self.hold_warmup_only else ""
         slack = f"/slack={self.w_slack:g}" if self.w_slack else ""
         return f"cap={cap}/{self.w_policy}{slack}/I:{self.i_pick}/F:{self.f_pick}{res}{hold}"
-
-
-def min_memory_limit(inst: Instance) -> list[float]:
-    """Per device: the activation of all its stages, which one microbatch holds at once.
-
-    All forwards of a microbatch precede all its backwards, so this is needed by every schedule
-    and (by the admission rule above) is also enough.
-    """
-    return [sum(inst.activation[s] for s in inst.stages_of(d)) for d in range(inst.devices)]
-
-
-def check_memory(inst: Instance) -> None:
-    """Raise HeuristicError naming each device whose limit is below the one-microbatch minimum."""
-    need = min_memory_limit(inst)
-    bad = [
-        (d, lim, need[d]) for d, lim in enumerate(inst.limit)
-        if lim is not None and lim + EPS < need[d]
-    ]
-    if bad:
-        detail = "; ".join(f"device {d}: limit {lim:g} < {n:g}" for d, lim, n in bad)
-        raise HeuristicError(
-            f"memory.limit too small: no schedule fits ({detail}). Every device must hold one "
-            f"microbatch's activation for all its stages; smallest feasible limit per device: "
-            f"{[round(n, 6) for n in need]}"
-        )
 
 
 def _key(pick: str, stage: int, mb: int) -> tuple[int, int]:
@@ -346,8 +318,8 @@ def heuristic_schedule(
 ) -> tuple[Schedule, SimResult]:
     """Best greedy variant by the simulator (validated, memory included).
 
-    ``time_limit`` stops trying further variants (the first always runs). Raises HeuristicError
-    if the memory limit is below the one-microbatch minimum.
+    ``time_limit`` stops trying further variants (the first always runs). Raises
+    ``InfeasibleMemoryError`` if the memory limit is below the one-microbatch minimum.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
