@@ -80,27 +80,29 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _inst(name: str, p: int, m: int, v: int, F: float, I: float, W: float, comm: float,
-          weight: float, limit: float | None, source: str) -> Instance:
-    return load_instance({
-        "name": name, "devices": p, "microbatches": m, "chunks": v,
-        "placement": "v" if v == 2 else "loop",
-        "times": {"F": F, "I": I, "W": W}, "comm": comm,
-        "memory": {"activation": 1.0, "weight": weight, "limit": limit},
-        "source": source,
-    })
+def _shipped(path: Path, row: dict[str, str], scale: float = 1.0, **changes: Any) -> Instance:
+    """The shipped instance of a reference row, checked against the row's published times.
+
+    The instance files under ``instances/`` are the one description of these settings (the
+    generator tests load the same files); the CSV contributes only the anchors. ``changes``
+    re-sets the memory limit of a case.
+    """
+    inst = load_instance(path)
+    for kind, col in (("F", "T_F"), ("I", "T_B"), ("W", "T_W"), ("comm", "T_comm")):
+        if col in row:
+            value = inst.comm if kind == "comm" else getattr(inst, kind)[0]
+            if not math.isclose(value, float(row[col]) * (1.0 if kind == "comm" else scale)):
+                raise ValueError(f"{path}: {kind} = {value} but the reference row says {row[col]}")
+    return inst.with_(**changes) if changes else inst
 
 
 def iclr_cases(ref: Path, mult: int, time_limit: float) -> list[Case]:
-    """ZB ICLR table at limit mult·p·M_B; M_W/M_B = 0.366 for 1.5B, 0.432 for the others."""
+    """ZB ICLR table at limit mult·p·M_B (instances/zb-iclr/, shipped at p·M_B)."""
     out = []
-    for k, r in enumerate(_rows(ref / "zb_iclr_bubble_rates.csv"), 1):
+    for r in _rows(ref / "zb_iclr_bubble_rates.csv"):
         p, m = int(r["p"]), int(r["m"])
-        weight = 0.366 if r["model"] == "1.5B" else 0.432
         name = f"{r['model'].lower()}-p{p}-m{m}"
-        inst = _inst(name, p, m, 1, float(r["T_F"]), float(r["T_B"]), float(r["T_W"]),
-                     float(r["T_comm"]), weight, float(mult * p),
-                     f"zb_iclr_bubble_rates.csv row {k}")
+        inst = _shipped(REPO / "instances" / "zb-iclr" / f"{name}.yaml", r, limit=float(mult * p))
         col = f"ZB-{mult}p"
         out.append(Case(f"iclr-{mult}p/{name}", f"iclr-{mult}p", inst, "span", time_limit,
                         col, float(r[col]), f"span <= {col}"))
@@ -108,26 +110,27 @@ def iclr_cases(ref: Path, mult: int, time_limit: float) -> list[Case]:
 
 
 def zbv_cases(ref: Path, time_limit: float) -> list[Case]:
+    """zbv_arxiv table (instances/zbv-arxiv/: per-chunk times, V placement, limit 2p)."""
     out = []
-    for k, r in enumerate(_rows(ref / "zbv_arxiv_bubble_rates.csv"), 1):
+    for r in _rows(ref / "zbv_arxiv_bubble_rates.csv"):
         p, m = int(r["p"]), int(r["m"])
         name = f"{r['model'].lower()}-p{p}-m{m}"
-        inst = _inst(name, p, m, 2, float(r["T_F"]), float(r["T_B"]), float(r["T_W"]),
-                     float(r["T_comm"]), 0.432, float(2 * p), f"zbv_arxiv_bubble_rates.csv row {k}")
+        inst = _shipped(REPO / "instances" / "zbv-arxiv" / f"zbv-{name}.yaml", r)
         out.append(Case(f"zbv/{name}", "zbv", inst, "span", time_limit, "ZB-V",
                         float(r["ZB-V"]), "span <= ZB-V"))
     return out
 
 
 def vshape_cases(ref: Path, time_limit: float) -> list[Case]:
-    """Unit cost; weight 0 (the building blocks count activation from F to B only)."""
+    """Unit cost (instances/vshape/); weight 0 (the building blocks count activation from F to
+    B only); limit = the published V-Min / V-Half peak."""
     out = []
-    for k, r in enumerate(_rows(ref / "vshape_unit_cost.csv"), 1):
+    for r in _rows(ref / "vshape_unit_cost.csv"):
         p, m = int(r["p"]), int(r["m"])
         for fam, col in (("vmin", "V-Min"), ("vhalf", "V-Half")):
             peak = float(r[f"{col}_peak_chunk_acts"])
-            inst = _inst(f"unit-p{p}-m{m}-{fam}", p, m, 2, 1.0, 1.0, 1.0, 0.0, 0.0, peak,
-                         f"vshape_unit_cost.csv row {k}")
+            inst = _shipped(REPO / "instances" / "vshape" / f"vshape-p{p}-m{m}.yaml", r,
+                            limit=peak)
             out.append(Case(f"{fam}/p{p}-m{m}", fam, inst, "span", time_limit, col,
                             float(r[col]), f"span <= {col} at its peak {peak:g}"))
     return out
@@ -136,11 +139,9 @@ def vshape_cases(ref: Path, time_limit: float) -> list[Case]:
 def small_cases(time_limit: float) -> list[Case]:
     out = []
     for rel in SMALL_INSTANCES:
-        path = REPO / "instances" / rel
-        if path.exists():
-            inst = load_instance(path)
-            out.append(Case(f"small/{inst.name}", "small", inst, "makespan", time_limit,
-                            goal="optimal (gap <= 0.1%)"))
+        inst = load_instance(REPO / "instances" / rel)
+        out.append(Case(f"small/{inst.name}", "small", inst, "makespan", time_limit,
+                        goal="optimal (gap <= 0.1%)"))
     return out
 
 
@@ -148,8 +149,8 @@ def large_cases(ref: Path, time_limit: float) -> list[Case]:
     """p=32, m=256 at 1F1B memory, one chunk (24,576 ops) and two chunks in V (49,152 ops)."""
     one = [c for c in iclr_cases(ref, 1, time_limit) if c.inst.p == 32 and c.inst.m == 256]
     two = [c for c in zbv_cases(ref, time_limit) if c.inst.p == 32 and c.inst.m == 256]
-    return [Case(f"large/{c.inst.name}-v{c.inst.v}", "large", c.inst, "makespan", time_limit,
-                 goal="<= 1% above the lower bound") for c in one + two]
+    return [Case(f"large/{c.id.split('/')[1]}-v{c.inst.v}", "large", c.inst, "makespan",
+                 time_limit, goal="<= 1% above the lower bound") for c in one + two]
 
 
 def build_cases(ref: Path | None = None, time_limit: float = 20.0, quick: bool = False,

@@ -1,0 +1,37 @@
+"""zbsolve bench: the cases are the issue's, built from the shipped instances, and judged right."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from conftest import INSTANCES, REFERENCE
+
+from zbsolve.bench import _shipped, build_cases, meets, run_case
+
+
+def test_cases_cover_the_issue_benchmark():
+    cases = build_cases(REFERENCE)
+    assert Counter(c.family for c in cases) == {
+        "iclr-1p": 12, "iclr-2p": 12, "zbv": 9, "vmin": 9, "vhalf": 9, "small": 6, "large": 2}
+    by_id = {c.id: c for c in cases}
+    assert by_id["iclr-1p/1.5b-p8-m24"].inst.limit == (8.0,) * 8
+    assert by_id["iclr-2p/1.5b-p8-m24"].inst.limit == (16.0,) * 8
+    assert by_id["vmin/p8-m16"].inst.limit == (8.0,) * 8
+    assert by_id["large/28.3b-p32-m256-v2"].ops == 49152
+    # anchor step time from the published bubble: T = m (F+I+W) / (1 - bubble)
+    c = by_id["iclr-1p/1.5b-p8-m24"]
+    assert c.anchor_time() == pytest.approx(24 * (18.52 + 18.09 + 9.34) / (1 - 0.1585))
+
+
+def test_a_shipped_instance_that_disagrees_with_its_row_is_refused():
+    row = {"T_F": "18.52", "T_B": "18.09", "T_W": "9.99", "T_comm": "0.60"}
+    with pytest.raises(ValueError, match="W = 9.34 but the reference row says 9.99"):
+        _shipped(INSTANCES / "zb-iclr" / "1.5b-p8-m24.yaml", row)
+
+
+def test_small_case_runs_and_meets_its_goal():
+    case = next(c for c in build_cases(REFERENCE) if c.id == "small/teaching-p4-m8")
+    row = run_case(case, workers=1, seed=0)
+    assert row["status"] == "optimal" and row["value"] == 27.0
+    assert meets(case, row)
