@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from zbsolve.dag import all_ops, deps
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance, load_instance
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
@@ -30,26 +30,16 @@ def random_valid_schedule(inst: Instance, rng: random.Random, fuse_prob: float =
     Some (stage, mb) backwards are fused into one B op (the W of a fused pair is dropped: the B
     placed where the I stood covers it).
     """
-    fused = {(s, j) for s in range(inst.stages) for j in range(inst.microbatches)
-             if rng.random() < fuse_prob}
-    indeg: dict[Op, int] = {}
-    succ: dict[Op, list[Op]] = {}
-    for op in all_ops(inst):
-        indeg.setdefault(op, 0)
-        for pred, _ in deps(inst, op):
-            indeg[op] += 1
-            succ.setdefault(pred, []).append(op)
+    graph = TaskGraph(inst, {u for u in TaskGraph(inst).units() if rng.random() < fuse_prob})
+    indeg = {op: len(graph.preds(op)) for op in graph.ops()}
     ready = [op for op, n in indeg.items() if n == 0]
     orders: list[list[Op]] = [[] for _ in range(inst.devices)]
     while ready:
         op = ready.pop(rng.randrange(len(ready)))
-        key = (op.stage, op.mb)
-        d = inst.placement[op.stage]
-        if op.kind == "I" and key in fused:
-            orders[d].append(Op("B", *key))
-        elif not (op.kind == "W" and key in fused):
+        d = graph.device(op)
+        if d is not None:
             orders[d].append(op)
-        for nxt in succ.get(op, []):
+        for nxt, _ in graph.succs(op):
             indeg[nxt] -= 1
             if indeg[nxt] == 0:
                 ready.append(nxt)

@@ -15,18 +15,18 @@ from zbsolve.export.executor import (
     Action,
     ExecutorError,
     ExecutorTable,
-    fuse_backward,
     instance_of,
     load_table,
     lower,
     schedule_from_table,
     validate_json,
 )
+from zbsolve.export.files import load_schedule
 from zbsolve.export.p2p_check import P2PError, check, require_safe
 from zbsolve.export.torch_csv import TorchCSVError, read_torch_csv, write_torch_csv
 from zbsolve.instance import load_instance
 from zbsolve.ops import Op
-from zbsolve.schedule import Schedule, load_schedule
+from zbsolve.schedule import Schedule, fuse_backward
 from zbsolve.simulate import ScheduleError, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,7 +160,7 @@ def test_table_contents_on_two_ranks():
     assert (send.peer, send.peer_stage, send.batch, send.start, send.end) == (1, 1, 0, 1.0, 1.5)
     recv = table.actions[1][2]  # transfer of mb 1 lands while F0 runs: listed after it
     assert (recv.peer, recv.peer_stage, recv.start, recv.end) == (0, 0, 2.0, 2.5)
-    assert (send.message, recv.message) == (("F", 0, 0), ("F", 0, 1))
+    assert (send.message, recv.message) == (("F", 0, 1, 0, 0), ("F", 0, 1, 1, 0))
     assert table.predicted["makespan"] == 10.0
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from zbsolve.dag import deps
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import load_instance
 from zbsolve.simulate import simulate, validate
 from zbsolve.solver.bounds import serial_schedule
@@ -65,10 +65,11 @@ def test_cuts_are_predecessor_closed():
     sched, sim = heuristic_schedule(inst)
     orders = [list(r) for r in sched.orders]
     for j in range(inst.microbatches + 1):
-        cut = closed_cut(inst, orders, mb_cut(orders, sim, j))
+        graph = TaskGraph(inst)
+        cut = closed_cut(graph, orders, mb_cut(inst, orders, sim, j))
         inside = {op for d, row in enumerate(orders) for op in row[:cut[d]]}
         for op in inside:
-            assert all(q in inside for q, _ in deps(inst, op))
+            assert all(q in inside for q, _ in graph.preds(op))
 
 
 def test_solve_large_contract():

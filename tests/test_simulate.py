@@ -10,10 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zbsolve.baselines.classic import gpipe, one_f_one_b
-from zbsolve.dag import build_dag, deps
+from zbsolve.graph import TaskGraph
+from zbsolve.numeric import TIME_EPS as EPS
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
-from zbsolve.simulate import EPS, ScheduleError, device_lower_bounds, simulate, validate
+from zbsolve.simulate import ScheduleError, simulate, validate
+from zbsolve.solver.bounds import device_lower_bounds
 
 
 def test_seed_teaching_example():
@@ -120,16 +122,30 @@ def test_deadlock_says_where_each_device_waits():
         simulate(inst, sched)
     msg = str(err.value)
     assert msg.startswith("deadlock:")
-    assert "device 0 waits at position 2 on 0B0, which needs 1I0 (device 1)" in msg
+    assert "device 0 waits at position 2 on 0B0, which needs 1B0 (device 1)" in msg
     assert "device 1 waits at position 1 on 1B1, which needs 1F1 (device 1)" in msg
 
 
-def test_dag_matches_deps():
-    inst = make_instance(p=3, m=2, v=2, comm=0.25)
-    g = build_dag(inst)
-    assert g.number_of_nodes() == 3 * 6 * 2
-    for op in g.nodes:
-        assert {(u, g.edges[u, op]["delay"]) for u in g.predecessors(op)} == set(deps(inst, op))
+def test_task_graph_dependencies_spelled_out():
+    """The dependency rules on a loop placement p=2, v=2 (stages 0..3 on devices 0, 1, 0, 1)
+    and a V placement (the turn at the last device stays on that device: no comm)."""
+    inst = make_instance(p=2, m=2, v=2, comm=0.25)
+    g = TaskGraph(inst)
+    assert g.count() == 3 * 4 * 2 == len(list(g.ops()))
+    assert g.preds(Op("F", 0, 1)) == []
+    assert g.preds(Op("F", 2, 1)) == [(Op("F", 1, 1), 0.25)]
+    assert g.preds(Op("I", 3, 0)) == [(Op("F", 3, 0), 0.0)]
+    assert g.preds(Op("I", 1, 0)) == [(Op("I", 2, 0), 0.25)]
+    assert g.preds(Op("W", 2, 1)) == [(Op("I", 2, 1), 0.0)]
+    fused = TaskGraph(inst, {(2, 0, 0)})
+    assert fused.preds(Op("I", 1, 0)) == [(Op("B", 2, 0), 0.25)]
+    assert fused.succs(Op("B", 2, 0)) == [(Op("I", 1, 0), 0.25)]
+    v = TaskGraph(make_instance(p=2, m=2, v=2, placement="v", comm=0.25))
+    assert v.preds(Op("F", 2, 0)) == [(Op("F", 1, 0), 0.0)]  # stages 1 and 2 on device 1
+    assert v.preds(Op("I", 0, 0)) == [(Op("I", 1, 0), 0.25)]
+    for graph in (g, fused, v):  # successors are exactly the mirror of predecessors
+        mirror = {(q, op, c) for op in graph.ops() for q, c in graph.preds(op)}
+        assert mirror == {(op, n, c) for op in graph.ops() for n, c in graph.succs(op)}
 
 
 # ---------------------------------------------------------------- property tests
@@ -163,15 +179,12 @@ def _check_invariants(inst, sched, r):
         assert r.span[d] <= r.makespan + EPS
         assert r.memory_curve[d][-1][1] == pytest.approx(0.0, abs=1e-6)
         free = 0.0
+        graph = TaskGraph.of(inst, sched.ops())
         for op in order:  # ASAP: no op could have started earlier
-            ready = max([free] + [_ready(r, q) + delay for q, delay in deps(inst, op)])
+            ready = max([free] + [r.end[q] + delay for q, delay in graph.preds(op)])
             assert r.start[op] == pytest.approx(ready)
             free = r.end[op]
     assert -EPS <= r.bubble_span <= r.bubble_makespan + EPS < 1
-
-
-def _ready(r, q):
-    return r.end[q] if q in r.end else r.end[Op("B", q.stage, q.mb)]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -223,7 +223,7 @@ def test_progress_lines(capsys):
 # ---------------------------------------------------------------- CLI
 def test_cli_solve_writes_a_checked_schedule(tmp_path, capsys):
     from zbsolve.cli import main
-    from zbsolve.schedule import load_schedule
+    from zbsolve.export.files import load_schedule
 
     path = tmp_path / "inst.json"
     make(limit=4.0).dump(path)

@@ -17,11 +17,14 @@ import yaml
 PLACEMENTS = ("loop", "v")
 _TOP_KEYS = {
     "name", "devices", "microbatches", "chunks", "placement", "times", "comm", "memory",
+    "replicas", "sync", "overlap",
     # optional, free-form extras that travel with the instance but change nothing
     "description", "source", "meta",
 }
 _TIME_KEYS = {"F", "I", "W"}
-_MEMORY_KEYS = {"activation", "weight", "limit"}
+_MEMORY_KEYS = {"activation", "weight", "limit", "params"}
+_OVERLAP_KEYS = {"FB"}
+REPLICAS = (1, 2)
 
 
 class InstanceError(ValueError):
@@ -30,25 +33,61 @@ class InstanceError(ValueError):
 
 @dataclass(frozen=True)
 class Instance:
+    """The user's pipeline: devices, microbatches, per-stage costs and memory.
+
+    Per-stage tables cover the *task graph's* stages: with ``replicas = 2`` (Chimera, DualPipe)
+    replica r's copy of model stage s is stage r·S + s and runs on the mirrored device
+    p - 1 - d of replica 0's; its tables repeat replica 0's. Files hold replica 0's S values
+    (``to_dict`` writes them back that way).
+    """
+
     name: str
     devices: int  # p
     microbatches: int  # m
     chunks: int  # v
-    placement: tuple[int, ...]  # logical stage -> device
+    placement: tuple[int, ...]  # stage -> device (all replicas)
     placement_kind: str  # loop | v | explicit
-    F: tuple[float, ...]  # per logical stage
+    F: tuple[float, ...]  # per stage
     I: tuple[float, ...]  # noqa: E741 - the papers' name
     W: tuple[float, ...]
     comm: float = 0.0
     activation: tuple[float, ...] = ()  # per stage, allocated at F start
     weight: tuple[float, ...] = ()  # per stage, kept from I end until W end
     limit: tuple[float | None, ...] = ()  # per device, None = unlimited
+    replicas: int = 1  # model copies running in opposite directions (1 or 2)
+    params: tuple[float, ...] = ()  # per stage: weights resident on its device (default 0)
+    sync: tuple[float, ...] = ()  # per stage: the replicas' gradient all-reduce (replicas = 2)
+    overlap: tuple[tuple[int, int, float], ...] | float | None = None  # F&B factor (see graph)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Direct construction (tests, dataclasses.replace) may leave the optional tables empty.
+        n = len(self.placement)
+        for key in ("params", "sync"):
+            if not getattr(self, key):
+                object.__setattr__(self, key, (0.0,) * n)
+        object.__setattr__(self, "_stages_of", _group_stages(self.placement, self.devices))
+        fused = tuple(i + w for i, w in zip(self.I, self.W))
+        object.__setattr__(self, "_durations", {"F": self.F, "I": self.I, "W": self.W,
+                                                "B": fused, "SYNC": self.sync})
 
     # ------------------------------------------------------------------ derived
     @property
     def stages(self) -> int:
+        """Stages of the task graph: replicas x devices x chunks."""
         return len(self.placement)
+
+    @property
+    def model_stages(self) -> int:
+        """Stages of one model replica (S = devices x chunks)."""
+        return self.devices * self.chunks
+
+    def replica_of(self, stage: int) -> int:
+        return stage // self.model_stages
+
+    def microbatches_of(self, stage: int) -> range:
+        """The microbatches a stage runs: microbatch j belongs to replica j mod replicas."""
+        return range(self.replica_of(stage), self.microbatches, self.replicas)
 
     @property
     def p(self) -> int:
@@ -63,19 +102,25 @@ class Instance:
         return self.chunks
 
     def duration(self, kind: str, stage: int) -> float:
-        if kind == "B":
-            return self.I[stage] + self.W[stage]
-        return getattr(self, kind)[stage]
+        return self._durations[kind][stage]
 
     def stages_of(self, device: int) -> list[int]:
-        return [s for s, d in enumerate(self.placement) if d == device]
+        """The stages a device holds, in increasing order (precomputed: O(1))."""
+        return list(self._stages_of[device])
 
     def device_work(self, device: int) -> float:
-        return self.m * sum(self.F[s] + self.I[s] + self.W[s] for s in self.stages_of(device))
+        """Compute time of a device's ops (every stage runs m / replicas microbatches)."""
+        per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in self._stages_of[device])
+        return self.microbatches // self.replicas * per_mb
 
     @property
     def total_work(self) -> float:
-        return self.m * sum(self.F[s] + self.I[s] + self.W[s] for s in range(self.stages))
+        per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in range(self.stages))
+        return self.microbatches // self.replicas * per_mb
+
+    def resident(self, device: int) -> float:
+        """Memory the device holds all step long: the weights of its stages (``params``)."""
+        return sum(self.params[s] for s in self._stages_of[device])
 
     def hop(self, src_stage: int, dst_stage: int) -> float:
         """Latency of a hand-off between two stages: zero when they share a device."""
@@ -86,13 +131,30 @@ class Instance:
     def uniform(self) -> bool:
         return all(len(set(t)) == 1 for t in (self.F, self.I, self.W))
 
+    def overlap_factor(self, forward_stage: int, backward_stage: int) -> float | None:
+        """x such that F(forward_stage) and a backward of backward_stage of other microbatches
+        may run as one job lasting x times their sum; None where no such pair is allowed."""
+        if self.overlap is None or forward_stage == backward_stage:
+            return None
+        if self.placement[forward_stage] != self.placement[backward_stage]:
+            return None
+        if isinstance(self.overlap, float):
+            return self.overlap
+        for a, b, x in self.overlap:
+            if (a, b) == (forward_stage, backward_stage):
+                return x
+        return None
+
     def with_(self, **changes: Any) -> Instance:
-        """A modified copy, re-validated (e.g. ``inst.with_(limit=(8.0,)*p)``)."""
+        """A modified copy, re-validated (e.g. ``inst.with_(limit=(8.0,)*p)``).
+
+        Per-stage values are given for one replica (S values), as in files.
+        """
         data = self.to_dict()
         for key, value in changes.items():
             if key in ("F", "I", "W"):
                 data["times"][key] = list(value) if not _is_number(value) else value
-            elif key in ("activation", "weight", "limit"):
+            elif key in ("activation", "weight", "limit", "params"):
                 data.setdefault("memory", {})[key] = (
                     list(value) if isinstance(value, (list, tuple)) else value
                 )
@@ -102,11 +164,14 @@ class Instance:
 
     # ------------------------------------------------------------------ io
     def to_dict(self) -> dict[str, Any]:
+        S = self.model_stages
+
         def compact(values: tuple) -> Any:
+            values = values[:S] if len(values) == self.stages else values
             return values[0] if len(set(values)) == 1 else list(values)
 
         placement: Any = (
-            self.placement_kind if self.placement_kind in PLACEMENTS else list(self.placement)
+            self.placement_kind if self.placement_kind in PLACEMENTS else list(self.placement[:S])
         )
         limit: Any = None
         if any(x is not None for x in self.limit):
@@ -125,6 +190,14 @@ class Instance:
                 "limit": limit,
             },
         }
+        if any(self.params):
+            data["memory"]["params"] = compact(self.params)
+        if self.replicas != 1:
+            data["replicas"] = self.replicas
+            data["sync"] = compact(self.sync)
+        if self.overlap is not None:
+            data["overlap"] = {"FB": self.overlap if isinstance(self.overlap, float)
+                               else [list(t) for t in self.overlap]}
         data.update(self.extra)
         return data
 
@@ -200,6 +273,14 @@ def _per(
     return tuple(float(x) for x in values)
 
 
+def _group_stages(placement: tuple[int, ...], p: int) -> tuple[tuple[int, ...], ...]:
+    groups: list[list[int]] = [[] for _ in range(p)]
+    for s, d in enumerate(placement):
+        if 0 <= d < p:
+            groups[d].append(s)
+    return tuple(tuple(g) for g in groups)
+
+
 def placement_for(kind: str, p: int, v: int) -> tuple[int, ...]:
     """Stage -> device for the named placements (stage s = chunk c * p + position j)."""
     if kind == "loop":
@@ -269,7 +350,7 @@ def _parse(data: dict[str, Any]) -> Instance:
     unknown = set(memory) - _MEMORY_KEYS
     if unknown:
         raise InstanceError(
-            f"memory: unknown key(s) {sorted(unknown)}; expected activation, weight, limit"
+            f"memory: unknown key(s) {sorted(unknown)}; expected activation, weight, limit, params"
         )
     activation = _per(memory.get("activation", 1.0), S, "memory.activation", "logical stage")
     weight = _per(memory.get("weight", 0.0), S, "memory.weight", "logical stage", positive=False)
@@ -284,10 +365,63 @@ def _parse(data: dict[str, Any]) -> Instance:
         limit: tuple[float | None, ...] = (None,) * p
     else:
         limit = _per(raw_limit, p, "memory.limit", "device")
+    params = _per(memory.get("params", 0.0), S, "memory.params", "logical stage", positive=False)
+
+    replicas = data.get("replicas", 1)
+    if isinstance(replicas, bool) or replicas not in REPLICAS:
+        raise InstanceError(f"replicas: expected 1 or 2 (model copies in opposite directions), "
+                            f"got {replicas!r}")
+    if m % replicas:
+        raise InstanceError(f"microbatches: with replicas: {replicas} every replica needs the "
+                            f"same number of microbatches (microbatch j runs on replica j mod "
+                            f"{replicas}); use an even number, e.g. {m + 1}")
+    if "sync" in data and replicas == 1:
+        raise InstanceError("sync: the gradient all-reduce between replicas needs replicas: 2")
+    sync = _per(data.get("sync", 0.0), S, "sync", "logical stage", positive=False)
+    overlap = _overlap(data.get("overlap"), S * replicas)
 
     extra = {k: data[k] for k in ("description", "source", "meta") if k in data}
+    # Replica r runs model stage s as stage r*S + s on the mirrored device p-1-d.
+    placement = tuple(d if r == 0 else p - 1 - d for r in range(replicas) for d in placement)
+
+    def rep(values: tuple) -> tuple:
+        return values * replicas
+
     return Instance(
         name=name, devices=p, microbatches=m, chunks=v, placement=placement,
-        placement_kind=kind, F=F, I=I, W=W, comm=float(comm),
-        activation=activation, weight=weight, limit=limit, extra=extra,
+        placement_kind=kind, F=rep(F), I=rep(I), W=rep(W), comm=float(comm),
+        activation=rep(activation), weight=rep(weight), limit=limit, replicas=replicas,
+        params=rep(params), sync=rep(sync), overlap=overlap, extra=extra,
     )
+
+
+def _overlap(raw: Any, stages: int) -> tuple[tuple[int, int, float], ...] | float | None:
+    """``overlap: {FB: x}`` (every forward/backward pair of one device's different stages) or
+    ``overlap: {FB: [[forward stage, backward stage, x], ...]}`` (only those pairs)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != _OVERLAP_KEYS:
+        raise InstanceError(f"overlap: expected a mapping with key FB (a factor in (0, 1], or a "
+                            f"list of [forward stage, backward stage, factor]), got {raw!r}")
+    fb = raw["FB"]
+
+    def factor(x: Any, where: str) -> float:
+        if not _is_number(x) or not 0 < x <= 1:
+            raise InstanceError(f"{where}: expected a factor x in (0, 1] (an overlapped F&B "
+                                f"lasts x times F + B), got {x!r}")
+        return float(x)
+
+    if not isinstance(fb, list):
+        return factor(fb, "overlap.FB")
+    pairs = []
+    for i, row in enumerate(fb):
+        if (not isinstance(row, (list, tuple)) or len(row) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in row[:2])):
+            raise InstanceError(f"overlap.FB[{i}]: expected [forward stage, backward stage, "
+                                f"factor], got {row!r}")
+        a, b, x = row
+        if not (0 <= a < stages and 0 <= b < stages) or a == b:
+            raise InstanceError(f"overlap.FB[{i}]: stages must be two different stages in "
+                                f"[0, {stages - 1}], got {a} and {b}")
+        pairs.append((a, b, factor(x, f"overlap.FB[{i}][2]")))
+    return tuple(pairs)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance
+from zbsolve.ops import ops_of
 from zbsolve.schedule import Schedule
 
 KIND_COLORS = {"F": "#3b7dd8", "I": "#e8833a", "W": "#4aa564", "B": "#8e5cc2"}
@@ -59,7 +60,7 @@ def timeline_figure(
         stages = inst.stages_of(d)
         chunk_of = {s: c for c, s in enumerate(stages)}
         y = p - 1 - d
-        for op in order:
+        for op in (o for e in order for o in ops_of(e)):
             t0, t1 = result.start[op], result.end[op]
             kinds_seen.add(op.kind)
             color = _shade(KIND_COLORS[op.kind], chunk_of[op.stage], len(stages))

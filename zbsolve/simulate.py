@@ -1,26 +1,31 @@
 """The simulator: the single judge of every schedule zbsolve reads or writes.
 
-Given per-device op orders it runs each op as soon as possible (device free and inputs arrived)
-and reports the timeline, makespan, spans, both bubble rates, idle time and the memory curve.
+Given per-device job orders it runs each job as soon as possible (device free and inputs
+arrived, ``zbsolve.graph``'s dependencies and delays) and reports the timeline, makespan, spans,
+both bubble rates, idle time and the memory curve. Jobs that no device runs (the replicas'
+gradient all-reduce) start as soon as their inputs are done and count in the makespan.
 Structural errors raise ``ScheduleError`` with a message a person can act on; memory over the
 limit is reported in the result (``feasible``) and raised by ``validate``.
 
-Memory model (per logical stage s, per microbatch): F start allocates activation[s]; I end frees
-activation[s] - weight[s]; W end frees weight[s]. All memory events of a device happen at the
-boundaries of its own ops, so the peak depends on the order only, not on the timing.
+Memory is the task graph's lifetimes (per unit: F's start allocates the activation, I's end
+frees activation - weight, W's end frees weight, a fused B's end frees it all) plus the
+device's resident ``params``. Events are taken in time order, frees before allocations at the
+same instant, which is how the CP-SAT model's cumulative intervals count them.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
-from zbsolve.dag import all_ops, deps, earliest_starts
+from zbsolve.graph import START, TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Op
+from zbsolve.numeric import REL_TOL, exceeds
+from zbsolve.ops import Kind, Op, Pair, ops_of
 from zbsolve.schedule import Schedule
 
-EPS = 1e-9
+OBJECTIVES = ("makespan", "span")
+_DEVICE_KINDS = frozenset(k.value for k in (Kind.F, Kind.I, Kind.W, Kind.B))
 
 
 class ScheduleError(ValueError):
@@ -37,10 +42,10 @@ class SimResult:
     end: dict[Op, float]
     makespan: float
     span: list[float]  # per device: first start to last end
-    busy: list[float]  # per device: total op time
+    busy: list[float]  # per device: total job time
     idle: list[float]  # per device: makespan - busy
-    bubble_makespan: float  # 1 - total work / (p * makespan)
-    bubble_span: float  # 1 - total work / (p * longest per-device span): the ZB papers' metric
+    bubble_makespan: float  # 1 - busy time / (p * makespan)
+    bubble_span: float  # 1 - busy time / (p * longest per-device span): the ZB papers' metric
     peak_memory: list[float]
     peak_time: list[float]
     memory_curve: list[list[tuple[float, float]]]  # per device: (time, memory after the event)
@@ -54,6 +59,14 @@ class SimResult:
     @property
     def max_span(self) -> float:
         return max(self.span)
+
+    def value(self, objective: str) -> float:
+        """The figure an objective minimizes: ``makespan`` or ``span`` (longest device span)."""
+        if objective == "makespan":
+            return self.makespan
+        if objective == "span":
+            return self.max_span
+        raise ValueError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
 
     def summary(self) -> dict:
         """The figures every command prints (simulator's numbers, never anyone else's)."""
@@ -69,135 +82,205 @@ class SimResult:
         }
 
 
-def _check_structure(inst: Instance, sched: Schedule) -> None:
+def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
+    """Rows, ranges, placement, duplicates, fused-and-split, missing ops, in one pass.
+
+    Written for speed (it runs on every schedule every layer emits): per op only a range and
+    placement test; the full walk over the graph's ops happens only when a count is off.
+    """
     if sched.devices != inst.devices:
         raise ScheduleError(
             f"schedule has {sched.devices} device rows, the instance has {inst.devices} devices"
         )
-    seen: Counter[Op] = Counter()
-    where: dict[int, set[int]] = {}
+    n, m, segs, R, S1 = inst.stages, inst.microbatches, graph.segments, inst.replicas, inst.model_stages
+    placement = inst.placement
+    seen: set[Op] = set()
+    dup: list[str] = []
+    fused_units = 0
     for d, order in enumerate(sched.orders):
-        for op in order:
-            seen[op] += 1
-            if not (0 <= op.stage < inst.stages and 0 <= op.mb < inst.microbatches):
-                raise ScheduleError(
-                    f"op {op} on device {d} is out of range: stages 0..{inst.stages - 1}, "
-                    f"microbatches 0..{inst.microbatches - 1}"
-                )
-            where.setdefault(op.stage, set()).add(d)
+        for entry in order:
+            if type(entry) is Pair:
+                if graph.pair_factor(entry) is None:
+                    raise ScheduleError(f"device {d}: {entry} cannot run overlapped: "
+                                        + _pair_refusal(inst, entry))
+                ops: tuple[Op, ...] = entry
+            else:
+                ops = (entry,)
+            for op in ops:
+                kind, s, j, g = op
+                if kind not in _DEVICE_KINDS:
+                    if kind == Kind.SYNC:
+                        raise ScheduleError(f"device {d}: {op} is the replicas' all-reduce; it "
+                                            "runs on no device, so schedules do not list it")
+                    raise ScheduleError(f"device {d}: {op} is not an op kind a device runs")
+                if not (0 <= s < n and 0 <= j < m and 0 <= g < segs):
+                    raise ScheduleError(
+                        f"op {op} on device {d} is out of range: stages 0..{n - 1}, "
+                        f"microbatches 0..{m - 1}"
+                        + (f", segments 0..{segs - 1}" if segs > 1 else ""))
+                if R > 1 and j % R != s // S1:
+                    r = s // S1
+                    raise ScheduleError(
+                        f"op {op} on device {d}: stage {s} is replica {r}'s copy, which "
+                        f"runs microbatches j with j mod {R} = {r}")
+                if placement[s] != d:
+                    _placement_error(inst, sched)
+                if op in seen:
+                    dup.append(str(op))
+                seen.add(op)
+                fused_units += kind == "B"
+    if dup:
+        raise ScheduleError(f"duplicate op(s): {_few(sorted(set(dup)))}")
+    if fused_units:
+        both = sorted(str(op) for op in seen if op[0] == "B"
+                      and (op._replace(kind="I") in seen or op._replace(kind="W") in seen))
+        if both:
+            raise ScheduleError(f"backward run both fused (B) and split (I/W): {_few(both)}")
+    expected = graph.count() - sum(1 for _ in graph.implicit_ops())
+    if len(seen) != expected:
+        missing = [str(op) for op in graph.ops() if op not in seen and graph.device(op) is not None]
+        raise ScheduleError(f"{len(missing)} missing op(s): {_few(missing)}")
+
+
+def _placement_error(inst: Instance, sched: Schedule) -> None:
+    """Raise for the lowest stage that is on several devices or on the wrong one."""
+    where: dict[int, set[int]] = {}
+    for d, row in enumerate(sched.orders):
+        for entry in row:
+            for op in ops_of(entry):
+                where.setdefault(op.stage, set()).add(d)
     for stage, devs in sorted(where.items()):
         if len(devs) > 1:
             raise ScheduleError(
-                f"stage {stage} runs on devices {sorted(devs)}; a stage lives on one device"
-            )
+                f"stage {stage} runs on devices {sorted(devs)}; a stage lives on one device")
         (d,) = devs
         if d != inst.placement[stage]:
             raise ScheduleError(
                 f"stage {stage} is scheduled on device {d} but the instance places it on "
-                f"device {inst.placement[stage]}"
-            )
-    dup = sorted(str(op) for op, n in seen.items() if n > 1)
-    if dup:
-        raise ScheduleError(f"duplicate op(s): {_few(dup)}")
-    fused_and_split = sorted(
-        f"{op.stage}B{op.mb}" for op in seen if op.kind == "B"
-        and (Op("I", op.stage, op.mb) in seen or Op("W", op.stage, op.mb) in seen)
-    )
-    if fused_and_split:
-        raise ScheduleError(f"backward run both fused (B) and split (I/W): {_few(fused_and_split)}")
-    missing = [
-        str(op) for op in all_ops(inst)
-        if op not in seen and (op.kind == "F" or Op("B", op.stage, op.mb) not in seen)
-    ]
-    if missing:
-        raise ScheduleError(f"{len(missing)} missing op(s): {_few(missing)}")
+                f"device {inst.placement[stage]}")
+
+
+def _order_errors(graph: TaskGraph, sched: Schedule) -> None:
+    """A clearer message for one kind of deadlock: an op placed before an input of its own
+    unit on the same device (a W before its I)."""
     for d, order in enumerate(sched.orders):
-        done_i: set[tuple[int, int]] = set()
-        for pos, op in enumerate(order):
-            if op.kind == "I":
-                done_i.add((op.stage, op.mb))
-            elif op.kind == "W" and (op.stage, op.mb) not in done_i:
-                raise ScheduleError(
-                    f"device {d} position {pos}: {op} comes before its input backward "
-                    f"{Op('I', op.stage, op.mb)}"
-                )
+        done: set[Op] = set()
+        for pos, entry in enumerate(order):
+            for op in ops_of(entry):
+                for pred, _ in graph.preds(op):
+                    if pred.unit == op.unit and pred not in done and pred.kind != Kind.F:
+                        raise ScheduleError(
+                            f"device {d} position {pos}: {op} comes before its input "
+                            f"{'backward ' if pred.kind == Kind.I else ''}{pred}")
+            done.update(ops_of(entry))
 
 
-def _run(inst: Instance, sched: Schedule) -> tuple[dict[Op, float], dict[Op, float]]:
+def _pair_refusal(inst: Instance, pair: Pair) -> str:
+    fwd, bwd = pair
+    if fwd.kind != Kind.F or bwd.kind not in (Kind.I, Kind.B):
+        return "a pair is a forward then an I or B"
+    if fwd.mb == bwd.mb:
+        return "its two halves belong to the same microbatch"
+    if inst.overlap is None:
+        return "the instance allows no overlapped F&B (set overlap: {FB: x})"
+    return (f"the instance's overlap table has no factor for forward stage {fwd.stage} with "
+            f"backward stage {bwd.stage} on one device")
+
+
+def _run(graph: TaskGraph, sched: Schedule) -> tuple[dict[Op, float], dict[Op, float]]:
     """ASAP execution of the fixed orders; raises on deadlock, naming every blocked device."""
-    p = inst.devices
     orders = sched.orders
+    p = len(orders)
     pos = [0] * p
     free = [0.0] * p
     start: dict[Op, float] = {}
     end: dict[Op, float] = {}
-    ready: dict[Op, float] = {}  # DAG op (F or I) -> when its output is available
     waiting: dict[Op, list[int]] = {}
+    implicit_left = {op: len(graph.preds(op)) for op in graph.implicit_ops()}
     queue = deque(range(p))
+    preds, duration = graph.preds, graph.duration
+    implicit = graph.has_sync
+
+    def done(op: Op) -> None:
+        if op in waiting:
+            queue.extend(waiting.pop(op))
+        if not implicit:
+            return
+        for nxt in graph.implicit_successors(op):
+            implicit_left[nxt] -= 1
+            if implicit_left[nxt] == 0:
+                t = max((end[q] + delay for q, delay in preds(nxt)), default=0.0)
+                start[nxt], end[nxt] = t, t + duration(nxt)
+                done(nxt)
+
     while queue:
         d = queue.popleft()
         order = orders[d]
         while pos[d] < len(order):
-            op = order[pos[d]]
+            entry = order[pos[d]]
+            ops = entry if type(entry) is Pair else (entry,)
             t = free[d]
             blocked = None
-            for pred, delay in deps(inst, op):
-                r = ready.get(pred)
-                if r is None:
-                    blocked = pred
+            for op in ops:
+                for pred, delay in preds(op):
+                    r = end.get(pred)
+                    if r is None:
+                        blocked = pred
+                        break
+                    if r + delay > t:
+                        t = r + delay
+                if blocked is not None:
                     break
-                t = max(t, r + delay)
             if blocked is not None:
                 waiting.setdefault(blocked, []).append(d)
                 break
-            start[op] = t
-            end[op] = free[d] = t + inst.duration(op.kind, op.stage)
+            finish = free[d] = t + (duration(entry) if len(ops) == 1 else graph.job_duration(entry))
             pos[d] += 1
-            if op.kind != "W":
-                produced = op if op.kind == "F" else Op("I", op.stage, op.mb)
-                ready[produced] = end[op]
-                queue.extend(waiting.pop(produced, ()))
+            for op in ops:
+                start[op] = t
+                end[op] = finish
+            for op in ops:
+                done(op)
     if any(pos[d] < len(orders[d]) for d in range(p)):
+        _order_errors(graph, sched)
         lines = []
         for d in range(p):
             if pos[d] < len(orders[d]):
-                op = orders[d][pos[d]]
-                need = [q for q, _ in deps(inst, op) if q not in ready]
+                entry = orders[d][pos[d]]
+                need = [q for op in ops_of(entry) for q, _ in graph.preds(op) if q not in end]
                 lines.append(
-                    f"device {d} waits at position {pos[d]} on {op}, which needs "
-                    + ", ".join(f"{q} (device {inst.placement[q.stage]})" for q in need)
+                    f"device {d} waits at position {pos[d]} on {entry}, which needs "
+                    + ", ".join(f"{q} (device {graph.device(q)})" for q in need)
                 )
         raise ScheduleError("deadlock: " + "; ".join(lines))
     return start, end
 
 
 def _memory(
-    inst: Instance, sched: Schedule, start: dict[Op, float], end: dict[Op, float]
+    inst: Instance, graph: TaskGraph, start: dict[Op, float], end: dict[Op, float]
 ) -> tuple[list[float], list[float], list[list[tuple[float, float]]], list[str]]:
     peaks, peak_times, curves, violations = [], [], [], []
-    for d, order in enumerate(sched.orders):
-        mem = peak = peak_t = 0.0
-        curve = [(0.0, 0.0)]
+    for d in range(inst.devices):
+        events: list[tuple[float, int, float, Op]] = []
+        for lt in graph.device_lifetimes(d):
+            born = start[lt.born] if lt.born_at == START else end[lt.born]
+            dies = start[lt.dies] if lt.dies_at == START else end[lt.dies]
+            events.append((born, 1, lt.amount, lt.born))
+            events.append((dies, 0, -lt.amount, lt.dies))
+        events.sort(key=lambda e: (e[0], e[1]))  # frees before allocations at one instant
+        mem = peak = inst.resident(d)
+        peak_t = 0.0
+        curve = [(0.0, mem)]
         limit = inst.limit[d]
         first_over: tuple[float, Op, float] | None = None
-        for op in order:
-            s = op.stage
-            if op.kind == "F":
-                mem += inst.activation[s]
-                curve.append((start[op], mem))
-                if mem > peak + EPS:
-                    peak, peak_t = mem, start[op]
-                if limit is not None and mem > limit + EPS and first_over is None:
-                    first_over = (start[op], op, mem)
-            elif op.kind == "I":
-                mem -= inst.activation[s] - inst.weight[s]
-                curve.append((end[op], mem))
-            elif op.kind == "B":
-                mem -= inst.activation[s]
-                curve.append((end[op], mem))
-            else:
-                mem -= inst.weight[s]
-                curve.append((end[op], mem))
+        for t, _, delta, op in events:
+            mem += delta
+            curve.append((t, mem))
+            if delta > 0:
+                if mem - peak > REL_TOL * max(abs(peak), abs(mem)):
+                    peak, peak_t = mem, t
+                if first_over is None and exceeds(mem, limit):
+                    first_over = (t, op, mem)
         if first_over is not None:
             t, op, m_at = first_over
             violations.append(
@@ -212,14 +295,15 @@ def _memory(
 
 def simulate(inst: Instance, sched: Schedule) -> SimResult:
     """Run ``sched`` on ``inst``; raise ScheduleError on structural errors or deadlock."""
-    _check_structure(inst, sched)
-    start, end = _run(inst, sched)
+    graph = TaskGraph.of(inst, sched.ops())
+    _check_structure(inst, graph, sched)
+    start, end = _run(graph, sched)
     p = inst.devices
     makespan = max(end.values())
-    busy = [sum(end[op] - start[op] for op in order) for order in sched.orders]
-    span = [end[o[-1]] - start[o[0]] if o else 0.0 for o in sched.orders]
-    total = inst.total_work
-    peaks, peak_times, curves, violations = _memory(inst, sched, start, end)
+    busy = [sum(graph.job_duration(e) for e in order) for order in sched.orders]
+    span = [end[ops_of(o[-1])[0]] - start[ops_of(o[0])[0]] if o else 0.0 for o in sched.orders]
+    work = sum(busy)
+    peaks, peak_times, curves, violations = _memory(inst, graph, start, end)
     return SimResult(
         start=start,
         end=end,
@@ -227,8 +311,8 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
         span=span,
         busy=busy,
         idle=[makespan - b for b in busy],
-        bubble_makespan=1.0 - total / (p * makespan),
-        bubble_span=1.0 - total / (p * max(span)),
+        bubble_makespan=1.0 - work / (p * makespan),
+        bubble_span=1.0 - work / (p * max(span)),
         peak_memory=peaks,
         peak_time=peak_times,
         memory_curve=curves,
@@ -243,14 +327,3 @@ def validate(inst: Instance, sched: Schedule) -> SimResult:
     if result.violations:
         raise ScheduleError("; ".join(result.violations))
     return result
-
-
-def device_lower_bounds(inst: Instance) -> list[float]:
-    """Per device: earliest possible first start + total work (+ shortest possible tail)."""
-    est = earliest_starts(inst)
-    bounds = []
-    for d in range(inst.devices):
-        stages = inst.stages_of(d)
-        first = min(est[Op("F", s, mb)] for s in stages for mb in range(inst.microbatches))
-        bounds.append(first + inst.device_work(d))
-    return bounds

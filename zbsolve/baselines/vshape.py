@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from zbsolve.baselines import zbv
 from zbsolve.baselines.common import NotApplicable, make, v_shape_stages
-from zbsolve.dag import deps
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
@@ -170,12 +170,13 @@ def _greedy(inst: Instance, plan: VPlan) -> list[list[Op]]:
     for d, (s0, s1) in enumerate(pairs):
         unit = max(inst.activation[s0], inst.activation[s1])
         devs.append(_Device((s0, s1), [0, 0], [0, 0], [], 0.0, plan.cap_chunks[d] * unit, 0.0, []))
-    ready: dict[Op, float] = {}  # F or I (the gradient a B also produces) -> output time
+    ready: dict[Op, float] = {}  # F, I or B -> output time
     back = "I" if plan.split else "B"
+    graph = TaskGraph(inst, fused=not plan.split)
 
     def ready_time(op: Op) -> float:
         t = 0.0
-        for pred, delay in deps(inst, op):
+        for pred, delay in graph.preds(op):
             r = ready.get(pred)
             if r is None:
                 return _BIG
@@ -327,7 +328,6 @@ def _greedy(inst: Instance, plan: VPlan) -> list[list[Op]]:
     # A device's choice changes only when it runs an op or a neighbour produces its input.
     cached: list[tuple[float, Op] | None] = [None] * p
     stale = set(range(p))
-    last_stage = inst.stages - 1
     relaxed = False
     while remaining:
         best: tuple[float, int, Op] | None = None
@@ -352,21 +352,17 @@ def _greedy(inst: Instance, plan: VPlan) -> list[list[Op]]:
         dev.done.add(op)
         remaining -= 1
         stale.add(d)
-        if op.kind == "F" and op.stage < last_stage:
-            stale.add(inst.placement[op.stage + 1])
-        elif op.kind in ("I", "B") and op.stage > 0:
-            stale.add(inst.placement[op.stage - 1])
+        stale.update(graph.device(nxt) for nxt, _ in graph.succs(op))
+        ready[op] = end
         chunk = dev.stages.index(op.stage)
         if op.kind == "F":
             dev.next_f[chunk] += 1
             dev.mem += inst.activation[op.stage]
-            ready[op] = end
         elif op.kind == "W":
             dev.pending_w.remove(op)
             dev.mem -= inst.weight[op.stage]
         else:
             dev.next_b[chunk] += 1
-            ready[Op("I", op.stage, op.mb)] = end
             if op.kind == "I":
                 dev.mem -= inst.activation[op.stage] - inst.weight[op.stage]
                 dev.pending_w.append(Op("W", op.stage, op.mb))

@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from zbsolve.dag import deps
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
 
@@ -137,16 +137,17 @@ class _Builder:
                       [-(a - w) for a, w in zip(inst.activation, inst.weight)],
                       [-w for w in inst.weight]]
         # Input of (kind, stage, mb): the same microbatch at (kind', stage') plus a delay,
-        # read once per (kind, stage) from dag.deps, the one definition of dependencies.
+        # read once per (kind, stage) from the task graph, the one definition of dependencies.
+        graph = TaskGraph(inst)
         self.pred: list[list[tuple[int, int, float] | None]] = []
         for kind in _KINDS:
             row = []
             for s in range(S):
-                found = deps(inst, Op(kind, s, 0))
+                found = graph.preds(Op(kind, s, 0))
                 if not found:
                     row.append(None)
                     continue
-                (pk, ps, pm), delay = found[0]
+                (pk, ps, pm, _), delay = found[0]
                 if len(found) != 1 or pm != 0:
                     raise ConstructionError(f"unexpected dependencies for {kind}{s}: {found}")
                 row.append((_KINDS.index(pk), ps, delay))

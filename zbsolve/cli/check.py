@@ -14,7 +14,7 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    from zbsolve.schedule import load_schedule
+    from zbsolve.export.files import load_schedule
     from zbsolve.simulate import simulate
 
     inst = load(args.instance)

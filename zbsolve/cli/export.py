@@ -24,8 +24,9 @@ def register(sub) -> None:
 
 def export(inst, sched, fmt: str, output: str, fuse_bw: bool = False) -> str:
     """Write one export; returns a one-line summary. Raises on an invalid schedule."""
-    from zbsolve.export.executor import fuse_backward, lower
+    from zbsolve.export.executor import lower
     from zbsolve.export.p2p_check import require_safe
+    from zbsolve.schedule import fuse_backward
 
     if fmt not in FORMATS:
         raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -55,7 +56,7 @@ def export(inst, sched, fmt: str, output: str, fuse_bw: bool = False) -> str:
 
 def handle(args) -> int:
     from zbsolve.cli.common import instance_for
-    from zbsolve.schedule import load_schedule
+    from zbsolve.export.files import load_schedule
 
     sched = load_schedule(args.schedule)
     inst = instance_for(args.instance, sched)

@@ -21,8 +21,8 @@ def handle(args) -> int:
     import json
     from pathlib import Path
 
+    from zbsolve.export.files import load_schedule
     from zbsolve.plot import save_timeline
-    from zbsolve.schedule import load_schedule
 
     inst = load(args.instance)
     table = None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance
+from zbsolve.ops import ops_of
 from zbsolve.schedule import Schedule
 
 KIND_NAMES = {"F": "forward", "I": "backward-input", "W": "backward-weight", "B": "full-backward"}
@@ -42,7 +43,7 @@ def trace_events(
                        "args": {"sort_index": d}})
     for d, order in enumerate(sched.orders):
         chunks = {s: c for c, s in enumerate(inst.stages_of(d))}
-        for op in order:
+        for op in (o for e in order for o in ops_of(e)):
             t0, t1 = result.start[op], result.end[op]
             events.append({
                 "ph": "X", "pid": pid, "tid": d, "name": str(op), "cat": KIND_NAMES[op.kind],

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
-from zbsolve.schedule import Schedule
+from zbsolve.schedule import Schedule, fuse_backward
 
 FORMAT = "zbsolve-executor"
 VERSION = 1
@@ -58,6 +59,7 @@ class Action:
     peer: int | None = None
     peer_stage: int | None = None
     batch: int | None = None
+    seg: int = 0
 
     @property
     def is_comm(self) -> bool:
@@ -73,29 +75,28 @@ class Action:
 
     @property
     def token(self) -> str:
-        """torch pipelining syntax: ``3F12``, ``3SEND_F12``, ``4RECV_F12``."""
-        return f"{self.stage}{self.kind}{self.mb}"
+        """torch pipelining syntax: ``3F12``, ``3SEND_F12``, ``4RECV_F12`` (``.g`` segment)."""
+        return f"{self.stage}{self.kind}{self.mb}" + (f".{self.seg}" if self.seg else "")
 
     @property
     def op(self) -> Op:
         if self.is_comm:
             raise ExecutorError(f"{self.token} is a communication action, not a compute op")
-        return Op(self.kind, self.stage, self.mb)
+        return Op(self.kind, self.stage, self.mb, self.seg)
 
     @property
-    def message(self) -> tuple[str, int, int]:
-        """What travels: ("F" activation | "B" input gradient, producer stage, microbatch).
-
-        A SEND and the RECV it must match carry the same message.
-        """
+    def message(self) -> tuple[str, int | None, int | None, int, int]:
+        """What travels: ("F" activation | "B" input gradient, producer stage, consumer stage,
+        microbatch, segment). A SEND and the RECV it must match carry the same message."""
         direction = self.kind[-1]
         if self.is_send:
-            return (direction, self.stage, self.mb)
-        producer = self.stage - 1 if direction == "F" else self.stage + 1
-        return (direction, producer, self.mb)
+            return (direction, self.stage, self.peer_stage, self.mb, self.seg)
+        return (direction, self.peer_stage, self.stage, self.mb, self.seg)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": self.kind, "stage": self.stage, "mb": self.mb}
+        if self.seg:
+            data["seg"] = self.seg
         if self.is_comm:
             data.update(peer=self.peer, peer_stage=self.peer_stage, batch=self.batch)
         data.update(start=self.start, end=self.end)
@@ -107,6 +108,7 @@ class Action:
             kind=data["kind"], stage=int(data["stage"]), mb=int(data["mb"]),
             start=float(data["start"]), end=float(data["end"]),
             peer=data.get("peer"), peer_stage=data.get("peer_stage"), batch=data.get("batch"),
+            seg=int(data.get("seg", 0)),
         )
 
 
@@ -220,71 +222,46 @@ def schedule_from_table(data: dict[str, Any] | ExecutorTable) -> Schedule:
 
 
 # ---------------------------------------------------------------------------- lowering
-def fuse_backward(sched: Schedule) -> Schedule:
-    """Replace each I immediately followed by the W of the same (stage, mb) with one B."""
-    orders = []
-    for order in sched.orders:
-        out: list[Op] = []
-        i = 0
-        while i < len(order):
-            op = order[i]
-            nxt = order[i + 1] if i + 1 < len(order) else None
-            if op.kind == "I" and nxt == Op("W", op.stage, op.mb):
-                out.append(Op("B", op.stage, op.mb))
-                i += 2
-            else:
-                out.append(op)
-                i += 1
-        orders.append(out)
-    return Schedule(orders, sched.name, None, dict(sched.meta))
-
-
 @dataclass(frozen=True)
 class Transfer:
     """One cross-rank hand-off: producer op on ``src`` rank feeds a consumer on ``dst``."""
 
-    direction: str  # "F" (activation) or "B" (input gradient)
-    src_stage: int
-    dst_stage: int
-    mb: int
+    producer: Op
+    consumer: Op
     src: int
     dst: int
     time: float  # producer end = predicted start of the transfer
     latency: float
 
     @property
-    def key(self) -> tuple[float, int, int, int]:
+    def direction(self) -> str:
+        """"F" (activation) or "B" (input gradient)."""
+        return "F" if self.producer.kind == "F" else "B"
+
+    @property
+    def key(self) -> tuple[float, int, int, int, int]:
         """The global order every rank lists its transfers in."""
-        return (self.time, 0 if self.direction == "F" else 1, self.src_stage, self.mb)
+        return (self.time, 0 if self.direction == "F" else 1, self.producer.stage,
+                self.producer.mb, self.producer.seg)
 
     def actions(self) -> tuple[Action, Action]:
         t0, t1 = self.time, self.time + self.latency
-        send = Action(f"SEND_{self.direction}", self.src_stage, self.mb, t0, t1,
-                      self.dst, self.dst_stage)
-        recv = Action(f"RECV_{self.direction}", self.dst_stage, self.mb, t0, t1,
-                      self.src, self.src_stage)
+        p, c = self.producer, self.consumer
+        send = Action(f"SEND_{self.direction}", p.stage, p.mb, t0, t1, self.dst, c.stage,
+                      seg=p.seg)
+        recv = Action(f"RECV_{self.direction}", c.stage, c.mb, t0, t1, self.src, p.stage,
+                      seg=c.seg)
         return send, recv
 
 
 def transfers(inst: Instance, sched: Schedule, end: dict[Op, float]) -> list[Transfer]:
-    """Every cross-rank hand-off of the (already simulated) schedule, in global key order."""
-    out = []
-    S = inst.stages
-    for order in sched.orders:
-        for op in order:
-            if op.kind == "F" and op.stage < S - 1:
-                dst_stage = op.stage + 1
-                direction = "F"
-            elif op.kind in ("I", "B") and op.stage > 0:
-                dst_stage = op.stage - 1
-                direction = "B"
-            else:
-                continue
-            src, dst = inst.placement[op.stage], inst.placement[dst_stage]
-            if src == dst:
-                continue  # same rank: handed over in memory, no P2P (torch does the same)
-            out.append(Transfer(direction, op.stage, dst_stage, op.mb, src, dst, end[op],
-                                inst.comm))
+    """Every cross-rank hand-off of the (already simulated) schedule, in global key order.
+
+    Hand-offs between two stages of one rank stay in memory, no P2P (torch does the same).
+    """
+    graph = TaskGraph.of(inst, sched.ops())
+    out = [Transfer(h.src, h.dst, graph.device(h.src), graph.device(h.dst), end[h.src], h.delay)
+           for op in sched.ops() for h in graph.handoffs(op)]
     out.sort(key=lambda t: t.key)
     return out
 
@@ -305,6 +282,9 @@ def lower(
         raise ExecutorError(f"placement: expected 'ordered' or 'adjacent', got {placement!r}")
     if fuse_bw:
         sched = fuse_backward(sched)
+    if sched.has_pairs:
+        raise ExecutorError(f"{sched.name}: overlapped F&B pairs cannot be lowered to an "
+                            "executor table yet")
     result = validate(inst, sched)
     start, end = result.start, result.end
     xfers = transfers(inst, sched, end)
@@ -322,12 +302,8 @@ def lower(
             rows[x.src].append(((x.time, 0, n, 0), send))
             rows[x.dst].append(((x.time, 0, n, 0), recv))
         else:  # glued to their compute: SEND right after the producer, RECV right before
-            producer = Op("F" if x.direction == "F" else _bw(start, x.src_stage, x.mb),
-                          x.src_stage, x.mb)
-            consumer = Op("F" if x.direction == "F" else _bw(start, x.dst_stage, x.mb),
-                          x.dst_stage, x.mb)
-            rows[x.src].append(((start[producer], 1, where[producer], 1), send))
-            rows[x.dst].append(((start[consumer], 1, where[consumer], -1), recv))
+            rows[x.src].append(((start[x.producer], 1, where[x.producer], 1), send))
+            rows[x.dst].append(((start[x.consumer], 1, where[x.consumer], -1), recv))
 
     actions: list[list[Action]] = []
     for row in rows:
@@ -352,10 +328,6 @@ def lower(
     )
 
 
-def _bw(ops: dict[Op, float], stage: int, mb: int) -> str:
-    return "B" if Op("B", stage, mb) in ops else "I"
-
-
 def _number_batches(row: list[Action]) -> list[Action]:
     """Give each maximal run of consecutive communication actions one batch number."""
     out: list[Action] = []
@@ -365,7 +337,7 @@ def _number_batches(row: list[Action]) -> list[Action]:
         if a.is_comm:
             if not prev_comm:
                 batch += 1
-            a = Action(a.kind, a.stage, a.mb, a.start, a.end, a.peer, a.peer_stage, batch)
+            a = Action(a.kind, a.stage, a.mb, a.start, a.end, a.peer, a.peer_stage, batch, a.seg)
         out.append(a)
         prev_comm = a.is_comm
     return out

@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from zbsolve.export.executor import Action, ExecutorTable
+from zbsolve.export.executor import COMPUTE_KINDS, Action, ExecutorTable
+from zbsolve.graph import TaskGraph
+from zbsolve.ops import Op
 
 MODES = ("blocking", "batched")
 
@@ -91,12 +93,13 @@ def _where(rank: int, pos: int, a: Action) -> str:
 
 
 def static_errors(table: ExecutorTable) -> list[str]:
+    """Structural problems of a table, root causes first (an empty list when there are none)."""
     errors: list[str] = []
     place = table.placement
     S, p, m = table.stages, table.ranks, table.microbatches
     if any(not 0 <= d < p for d in place):
         return [f"placement {place} names a rank outside 0..{p - 1}"]
-    pos_of: dict[tuple[str, int, int], tuple[int, int]] = {}  # compute or comm key -> (rank, pos)
+    pos_of: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # (kind, stage, mb, seg)
     for r, row in enumerate(table.actions):
         batch = -1
         prev_comm = False
@@ -109,7 +112,7 @@ def static_errors(table: ExecutorTable) -> list[str]:
                 errors.append(f"{_where(r, i, a)}: stage {a.stage} lives on rank {place[a.stage]}")
             if a.end < a.start:
                 errors.append(f"{_where(r, i, a)}: end {a.end} before start {a.start}")
-            key = (a.kind, a.stage, a.mb)
+            key = (a.kind, a.stage, a.mb, a.seg)
             if key in pos_of:
                 errors.append(f"{_where(r, i, a)}: duplicate of rank {pos_of[key][0]} "
                               f"position {pos_of[key][1]}")
@@ -120,92 +123,77 @@ def static_errors(table: ExecutorTable) -> list[str]:
                 if a.batch != batch:
                     errors.append(f"{_where(r, i, a)}: batch {a.batch}, expected {batch} "
                                   "(one batch per run of consecutive communication actions)")
-                errors += _peer_errors(table, r, i, a)
             prev_comm = a.is_comm
     if errors:
         return errors
+    graph = _graph_of(table)
+    if isinstance(graph, str):
+        return [graph]
 
-    def has(kind: str, s: int, mb: int) -> tuple[int, int] | None:
-        return pos_of.get((kind, s, mb))
+    def at(op: Op) -> tuple[int, int] | None:
+        return pos_of.get((op.kind, op.stage, op.mb, op.seg))
 
-    for (kind, s, mb), (r, i) in list(pos_of.items()):
-        if kind not in ("F", "I", "W", "B"):
+    peers: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # comm key -> (peer, its stage)
+    for (kind, s, mb, seg), (r, i) in list(pos_of.items()):
+        if kind not in COMPUTE_KINDS:
             continue
-        # what this compute waits for, and where its input comes from
-        if kind == "F" and s > 0:
-            pred = has("F", s - 1, mb)
-            need = ("RECV_F", s, mb)
-            pred_name = f"{s - 1}F{mb}"
-        elif kind in ("I", "B") and s < S - 1:
-            pred = has("I", s + 1, mb) or has("B", s + 1, mb)
-            need = ("RECV_B", s, mb)
-            pred_name = f"{s + 1}I{mb} or {s + 1}B{mb}"
-        elif kind in ("I", "B"):
-            pred, need, pred_name = has("F", s, mb), None, f"{s}F{mb}"
-        elif kind == "W":
-            pred, need, pred_name = has("I", s, mb), None, f"{s}I{mb}"
-        else:
-            continue
-        here = f"rank {r} position {i} ({s}{kind}{mb})"
-        if pred is None:
-            errors.append(f"{here}: its input {pred_name} is never computed")
-            continue
-        if pred[0] == r:
-            if pred[1] > i:
-                errors.append(f"{here}: runs before {pred_name} at position {pred[1]} on the "
-                              "same rank")
-            continue
-        if need is None:  # a last-stage backward or a W: its input is always local
-            errors.append(f"{here}: its input {pred_name} is on rank {pred[0]}, not local")
-            continue
-        recv = pos_of.get(need)
-        if recv is None:
-            errors.append(f"{here}: needs {need[1]}{need[0]}{need[2]} from rank {pred[0]} "
-                          "but the rank has no such RECV")
-        elif recv[1] > i:
-            errors.append(f"{here}: its RECV is at position {recv[1]}, after it")
-        # the producer's SEND
-        if kind == "F":
-            send = pos_of.get(("SEND_F", s - 1, mb))
-        else:
-            send = pos_of.get(("SEND_B", s + 1, mb))
-        if send is None:
-            errors.append(f"{here}: rank {pred[0]} never sends {pred_name}'s output")
-        elif send[1] < pred[1]:
-            errors.append(f"rank {pred[0]} position {send[1]}: sends {pred_name}'s output "
-                          f"before computing it (position {pred[1]})")
+        op = Op(kind, s, mb, seg)
+        here = f"rank {r} position {i} ({op})"
+        for pred, _ in graph.preds(op):
+            where = at(pred)
+            if where is None:
+                errors.append(f"{here}: its input {pred} is never computed")
+                continue
+            if where[0] == r:
+                if where[1] > i:
+                    errors.append(f"{here}: runs before {pred} at position {where[1]} on the "
+                                  "same rank")
+                continue
+            direction = "F" if pred.kind == "F" else "B"
+            need = (f"RECV_{direction}", s, mb, seg)
+            send_key = (f"SEND_{direction}", pred.stage, pred.mb, pred.seg)
+            peers[need] = (where[0], pred.stage)
+            peers[send_key] = (r, s)
+            recv = pos_of.get(need)
+            if recv is None:
+                errors.append(f"{here}: needs {need[1]}{need[0]}{mb} from rank {where[0]} "
+                              "but the rank has no such RECV")
+            elif recv[1] > i:
+                errors.append(f"{here}: its RECV is at position {recv[1]}, after it")
+            send = pos_of.get(send_key)
+            if send is None:
+                errors.append(f"{here}: rank {where[0]} never sends {pred}'s output")
+            elif send[1] < where[1]:
+                errors.append(f"rank {where[0]} position {send[1]}: sends {pred}'s output "
+                              f"before computing it (position {where[1]})")
     # every comm action must belong to a real cross-rank hand-off of a computed op
-    for (kind, s, mb), (r, i) in pos_of.items():
-        if kind == "SEND_F":
-            ok = has("F", s, mb) and has("RECV_F", s + 1, mb)
-        elif kind == "SEND_B":
-            ok = (has("I", s, mb) or has("B", s, mb)) and has("RECV_B", s - 1, mb)
-        elif kind == "RECV_F":
-            ok = has("SEND_F", s - 1, mb) and has("F", s, mb)
-        elif kind == "RECV_B":
-            ok = has("SEND_B", s + 1, mb) and (has("I", s, mb) or has("B", s, mb))
-        else:
+    for key, (r, i) in pos_of.items():
+        if key[0] in COMPUTE_KINDS:
             continue
-        if not ok:
-            errors.append(f"rank {r} position {i} ({s}{kind}{mb}): no matching "
-                          "producer/consumer/peer action")
+        a = table.actions[r][i]
+        if key not in peers:
+            errors.append(f"{_where(r, i, a)}: no matching producer/consumer/peer action")
+            continue
+        peer, peer_stage = peers[key]
+        if (a.peer, a.peer_stage) != (peer, peer_stage):
+            errors.append(f"{_where(r, i, a)}: peer should be stage {peer_stage} on rank {peer}, "
+                          f"table says stage {a.peer_stage} on rank {a.peer}")
     return errors
 
 
-def _peer_errors(table: ExecutorTable, r: int, i: int, a: Action) -> list[str]:
-    step = {"SEND_F": 1, "RECV_F": -1, "SEND_B": -1, "RECV_B": 1}[a.kind]
-    peer_stage = a.stage + step
-    if not 0 <= peer_stage < table.stages:
-        return [f"{_where(r, i, a)}: no stage {peer_stage} to exchange with"]
-    peer = table.placement[peer_stage]
-    out = []
-    if a.peer_stage != peer_stage or a.peer != peer:
-        out.append(f"{_where(r, i, a)}: peer should be stage {peer_stage} on rank {peer}, "
-                   f"table says stage {a.peer_stage} on rank {a.peer}")
-    if peer == r:
-        out.append(f"{_where(r, i, a)}: stages {a.stage} and {peer_stage} share rank {r}; "
-                   "hand-offs on one rank must not use P2P")
-    return out
+def _graph_of(table: ExecutorTable) -> TaskGraph | str:
+    """The task graph of the table's own instance in the form its compute actions use (or the
+    reason it has none)."""
+    from zbsolve.instance import InstanceError, load_instance
+
+    try:
+        inst = load_instance(dict(table.instance))
+    except InstanceError as exc:
+        return f"the table's embedded instance is invalid: {exc}"
+    if list(inst.placement) != list(table.placement):
+        return (f"placement {table.placement} differs from its embedded instance's "
+                f"{list(inst.placement)}")
+    return TaskGraph.of(inst, (a.op for row in table.actions for a in row if not a.is_comm))
 
 
 # ---------------------------------------------------------------------------- matching

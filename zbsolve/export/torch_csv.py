@@ -110,7 +110,7 @@ def read_torch_csv(path: str | Path) -> Schedule:
 # ---------------------------------------------------------------------------- writing
 def compute_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list[list[str]]:
     """Compute-only rows after validating the schedule with the simulator."""
-    from zbsolve.export.executor import fuse_backward
+    from zbsolve.schedule import fuse_backward
     from zbsolve.simulate import validate
 
     if fuse_bw:

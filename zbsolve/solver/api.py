@@ -25,11 +25,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
-from zbsolve.schedule import Schedule
+from zbsolve.schedule import Schedule, split_backward
 from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
-from zbsolve.solver.bounds import analytic_bound, check_memory, heads_tails, serial_schedule
+from zbsolve.solver.bounds import (
+    analytic_bound,
+    check_memory,
+    first_head,
+    heads_tails,
+    serial_schedule,
+)
 from zbsolve.solver.model import (
     MEMORY_MODELS,
     OBJECTIVES,
@@ -89,23 +96,6 @@ class SolveResult:
     history: list[tuple[float, float, float]] = field(default_factory=list)
 
 
-def objective_of(sim: SimResult, objective: str) -> float:
-    return sim.makespan if objective == "makespan" else sim.max_span
-
-
-def split_backward(sched: Schedule) -> Schedule:
-    """Replace fused B ops by I then W in place: the same order, never later, never more memory
-    (I hands its gradient on earlier; the memory freed at B's end is freed by then anyway)."""
-    if not any(op.kind == "B" for row in sched.orders for op in row):
-        return sched
-    rows = [
-        [x for op in row for x in ((Op("I", op.stage, op.mb), Op("W", op.stage, op.mb))
-                                   if op.kind == "B" else (op,))]
-        for row in sched.orders
-    ]
-    return Schedule(rows, name=f"{sched.name}+split")
-
-
 def hand_made(inst: Instance) -> list:
     """Every registered hand-made schedule, simulated.
 
@@ -156,7 +146,7 @@ def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines
         out.append(_Candidate(greedy[0].name, greedy[0], greedy[1]))
     serial = serial_schedule(inst)
     out.append(_Candidate(serial.name, serial, simulate(inst, serial)))
-    out.sort(key=lambda c: (objective_of(c.sim, objective), c.sim.makespan, c.sim.max_span))
+    out.sort(key=lambda c: (c.sim.value(objective), c.sim.makespan, c.sim.max_span))
     return out
 
 
@@ -176,9 +166,9 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     cands = _candidates(inst, objective, list(hints), baselines)
     inc = cands[0]
     progress = Progress(1.0, objective, echo=options.progress, floor=analytic)
-    progress.note(objective_of(inc.sim, objective), analytic, f"hint: {inc.name}")
+    progress.note(inc.sim.value(objective), analytic, f"hint: {inc.name}")
 
-    n_ops = 3 * inst.stages * inst.microbatches
+    n_ops = TaskGraph(inst).count()
     method = options.method
     if method == "auto":
         method = "exact" if n_ops <= EXACT_MAX_OPS else "large"
@@ -186,7 +176,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     found: Schedule | None = None
     cp_bound: float | None = None
     remaining = options.time_limit - (time.perf_counter() - t0)
-    proven = rel_gap(objective_of(inc.sim, objective), analytic) <= TOL
+    proven = rel_gap(inc.sim.value(objective), analytic) <= TOL
     if proven:
         info["note"] = "the hint meets the analytic lower bound: optimal, solver not run"
     elif remaining <= 0:
@@ -203,9 +193,9 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     chosen, source = inc, f"hint:{inc.name}"
     if found is not None:
         sim = validate(inst, found)
-        if objective_of(sim, objective) <= objective_of(inc.sim, objective) + TOL:
+        if sim.value(objective) <= inc.sim.value(objective) + TOL:
             chosen, source = _Candidate(found.name, found, sim), method
-    value = objective_of(chosen.sim, objective)
+    value = chosen.sim.value(objective)
     lower = min(max(analytic, cp_bound if cp_bound is not None else -math.inf), value)
     gap = rel_gap(value, lower)
     if gap <= TOL and (found is not None or proven):
@@ -217,7 +207,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
 
     sched = Schedule([list(r) for r in chosen.schedule.orders], name=f"zbsolve-{objective}",
                      starts=dict(chosen.sim.start))
-    base_value = objective_of(best_hand.result, objective) if best_hand else None
+    base_value = best_hand.result.value(objective) if best_hand else None
     sched.meta = {
         "instance": inst.to_dict(),  # so exports of this file need no --instance
         "status": status,
@@ -242,9 +232,12 @@ def solve(inst: Instance, options: SolveOptions | None = None,
 
 def hint_sim_orders(inst: Instance, starts: dict[Op, float]) -> list[list[Op]]:
     """Ops of each device (any order) under the given starts."""
+    graph = TaskGraph(inst)
     rows: list[list[Op]] = [[] for _ in range(inst.devices)]
     for op in starts:
-        rows[inst.placement[op.stage]].append(op)
+        d = graph.device(op)
+        if d is not None:
+            rows[d].append(op)
     return rows
 
 
@@ -266,8 +259,8 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
     if hint_sim.feasible and options.objective == "makespan":
         ub = int(round(hint_sim.makespan))
     elif hint_sim.feasible:
-        heads = heads_tails(si, ordered=False).head
-        h0 = [heads[Op("F", min(si.stages_of(d)), 0)] for d in range(si.devices)]
+        ht = heads_tails(si, ordered=False)
+        h0 = [first_head(si, ht, d) for d in range(si.devices)]
         firsts = [min(starts[op] for op in row) for row in hint_sim_orders(si, starts)]
         if all(abs(a - b) < 0.5 for a, b in zip(firsts, h0)):
             ub = int(round(hint_sim.max_span))

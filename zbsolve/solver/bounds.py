@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zbsolve.dag import all_ops, deps
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance, InstanceError
-from zbsolve.ops import Op
+from zbsolve.numeric import exceeds
+from zbsolve.ops import Kind, Op
 from zbsolve.schedule import Schedule
 
 MEMORY_EPS = 1e-9
@@ -47,23 +48,32 @@ class InfeasibleMemoryError(InstanceError):
 
 
 def min_memory_limit(inst: Instance) -> list[float]:
-    """Per device: the smallest limit under which some schedule exists (see module docstring)."""
-    return [sum(inst.activation[s] for s in inst.stages_of(d)) for d in range(inst.devices)]
+    """Per device: the smallest limit under which some schedule exists (see module docstring).
+
+    Stages of different replicas never share a microbatch, so a device needs the largest of its
+    replicas' one-microbatch sums, on top of its resident ``params``.
+    """
+    out = []
+    for d in range(inst.devices):
+        per_replica: dict[int, float] = {}
+        for s in inst.stages_of(d):
+            r = inst.replica_of(s)
+            per_replica[r] = per_replica.get(r, 0.0) + inst.activation[s]
+        out.append(inst.resident(d) + max(per_replica.values()))
+    return out
 
 
 def check_memory(inst: Instance) -> list[float]:
     """Raise InfeasibleMemoryError if any device's limit is below ``min_memory_limit``."""
     need = min_memory_limit(inst)
-    bad = [
-        d for d, (lim, n) in enumerate(zip(inst.limit, need))
-        if lim is not None and lim < n - MEMORY_EPS
-    ]
+    bad = [d for d, (lim, n) in enumerate(zip(inst.limit, need)) if exceeds(n, lim)]
     if bad:
         parts = [f"device {d}: limit {inst.limit[d]:g} < {need[d]:g}" for d in bad]
+        held = ("the weights of its stages (memory.params) and " if any(inst.params) else "")
         raise InfeasibleMemoryError(
             "memory.limit: no schedule fits ("
             + "; ".join(parts)
-            + "). Every schedule holds one activation of each stage of a device at once; "
+            + f"). Every schedule holds {held}one activation of each stage of a device at once; "
             f"set memory.limit to at least {[round(x, 9) for x in need]} (per device)",
             need,
         )
@@ -73,37 +83,26 @@ def check_memory(inst: Instance) -> list[float]:
 def serial_schedule(inst: Instance) -> Schedule:
     """One microbatch at a time, I and W right after each other: fits ``min_memory_limit``.
 
-    A last-resort schedule (slow, but it exists whenever any schedule does).
+    A last-resort schedule (slow, but it exists whenever any schedule does): the task graph's
+    topological order, microbatch by microbatch, split per device.
     """
+    graph = TaskGraph(inst)
     orders: list[list[Op]] = [[] for _ in range(inst.devices)]
-    S = inst.stages
-    for j in range(inst.microbatches):
-        for s in range(S):
-            orders[inst.placement[s]].append(Op("F", s, j))
-        for s in reversed(range(S)):
-            orders[inst.placement[s]].append(Op("I", s, j))
-            orders[inst.placement[s]].append(Op("W", s, j))
+    for op in graph.topological():
+        d = graph.device(op)
+        if d is not None:
+            orders[d].append(op)
     return Schedule(orders, name="serial")
 
 
 # ---------------------------------------------------------------------- heads and tails
-def _chain_order(inst: Instance, mbs: range | None = None) -> list[Op]:
-    """A topological order of the DAG plus the per-(kind, stage) microbatch chains."""
-    S = inst.stages
-    order = []
-    for j in mbs if mbs is not None else range(inst.microbatches):
-        order += [Op("F", s, j) for s in range(S)]
-        for s in reversed(range(S)):
-            order += [Op("I", s, j), Op("W", s, j)]
-    return order
-
-
-def _preds(inst: Instance, op: Op, ordered: bool) -> list[tuple[Op, float]]:
-    """DAG predecessors (edge weight = pred duration + comm), plus the sorted-chain edge."""
-    out = [(q, inst.duration(q.kind, q.stage) + c) for q, c in deps(inst, op)]
-    if ordered and op.mb > 0:
-        q = Op(op.kind, op.stage, op.mb - 1)
-        out.append((q, inst.duration(q.kind, q.stage)))
+def _preds(graph: TaskGraph, op: Op, ordered: bool) -> list[tuple[Op, float]]:
+    """Graph predecessors (edge weight = pred duration + delay), plus the sorted-chain edge."""
+    out = [(q, graph.duration(q) + c) for q, c in graph.preds(op)]
+    if ordered:
+        q = graph.same_class_prev(op)
+        if q is not None:
+            out.append((q, graph.duration(q)))
     return out
 
 
@@ -116,46 +115,59 @@ class HeadsTails:
     ordered: bool  # True: assumes microbatch order per (kind, stage) (valid, see docstring)
 
 
-def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None) -> HeadsTails:
-    """Longest paths through the DAG (plus the microbatch chains when ``ordered``).
+def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
+                graph: TaskGraph | None = None) -> HeadsTails:
+    """Longest paths through the task graph (plus the microbatch chains when ``ordered``).
 
     With ``source`` the heads are measured from that op's start (ops not reachable from it get
-    head 0). Without the microbatch chains every microbatch is the same chain, so only one is
-    walked (the source's, or microbatch 0 copied to all): this keeps big instances cheap.
+    head 0). Without the microbatch chains every microbatch of a replica is the same chain, so
+    only the replica's first one is walked and copied to the others (the source's own
+    microbatch with ``source``): this keeps big instances cheap. The implicit ops (SYNC) join
+    all microbatches, so they are walked in full, after the copies.
     """
+    graph = graph or TaskGraph(inst)
     if not ordered:
-        j0 = source.mb if source is not None else 0
-        one = _walk(inst, _chain_order(inst, range(j0, j0 + 1)), False, source)
+        R = inst.replicas
+        firsts = [source.mb] if source is not None else list(range(min(R, inst.microbatches)))
+        topo = graph.topological(firsts, implicit=False)
+        one = _walk(graph, topo, False, source)
         if source is not None:
             return one
         head = {op._replace(mb=j): h for op, h in one.head.items()
-                for j in range(inst.microbatches)}
+                for j in range(op.mb, inst.microbatches, R)}
         tail = {op._replace(mb=j): t for op, t in one.tail.items()
-                for j in range(inst.microbatches)}
+                for j in range(op.mb, inst.microbatches, R)}
+        for op in graph.implicit_ops():
+            head[op] = max((head[q] + graph.duration(q) + c for q, c in graph.preds(op)),
+                           default=0.0)
+            tail[op] = 0.0
+        if graph.has_sync:  # every unit's last op then leads to its stage's SYNC
+            for op in list(tail):
+                if op.kind in (Kind.W, Kind.B):
+                    tail[op] = max(tail[op], graph.duration(graph.sync_op(op.stage)))
         return HeadsTails(head, tail, False)
-    return _walk(inst, _chain_order(inst), True, source)
+    return _walk(graph, graph.topological(), True, source)
 
 
-def _walk(inst: Instance, topo: list[Op], ordered: bool, source: Op | None) -> HeadsTails:
+def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None) -> HeadsTails:
     head: dict[Op, float] = {}
     reach: dict[Op, bool] = {}
+    preds = {op: _preds(graph, op, ordered) for op in topo}
     for op in topo:
-        cands = [head[q] + w for q, w in _preds(inst, op, ordered) if reach.get(q, False)]
+        cands = [head[q] + w for q, w in preds[op] if reach.get(q, False)]
         if source is None or op == source:
             head[op], reach[op] = max(cands, default=0.0), True
         else:
             head[op], reach[op] = max(cands, default=0.0), bool(cands)
     succ: dict[Op, list[tuple[Op, float]]] = {op: [] for op in topo}
     for op in topo:
-        for q, w in _preds(inst, op, ordered):
+        for q, w in preds[op]:
             # tail(q) >= w - dur(q) + dur(op) + tail(op); w - dur(q) is the comm delay
             if q in succ:
-                succ[q].append((op, w - inst.duration(q.kind, q.stage)))
+                succ[q].append((op, w - graph.duration(q)))
     tail: dict[Op, float] = {}
     for op in reversed(topo):
-        tail[op] = max(
-            (c + inst.duration(n.kind, n.stage) + tail[n] for n, c in succ[op]), default=0.0
-        )
+        tail[op] = max((c + graph.duration(n) + tail[n] for n, c in succ[op]), default=0.0)
     return HeadsTails(head, tail, ordered)
 
 
@@ -178,15 +190,28 @@ def _one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
     return best
 
 
+def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
+    """The earliest a device can start: its first op is the first forward of one of its stages
+    (in microbatch order, the stage's first microbatch)."""
+    return min(ht.head[Op(Kind.F, s, inst.microbatches_of(s)[0])] for s in inst.stages_of(device))
+
+
+def _device_jobs(inst: Instance, ht: HeadsTails, tails: bool) -> list[list[tuple[float, float, float]]]:
+    graph = TaskGraph(inst)
+    return [[(ht.head[op], graph.duration(op), ht.tail[op] if tails else 0.0)
+             for op in graph.device_ops(d)] for d in range(inst.devices)]
+
+
 def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
     """Per device, a lower bound on the makespan (head-body-tail on its ops)."""
     ht = ht or heads_tails(inst)
-    jobs: list[list[tuple[float, float, float]]] = [[] for _ in range(inst.devices)]
-    for op in all_ops(inst):
-        jobs[inst.placement[op.stage]].append(
-            (ht.head[op], inst.duration(op.kind, op.stage), ht.tail[op])
-        )
-    return [_one_machine_bound(j) for j in jobs]
+    return [_one_machine_bound(j) for j in _device_jobs(inst, ht, tails=True)]
+
+
+def device_lower_bounds(inst: Instance) -> list[float]:
+    """Per device: earliest possible first start + total work (cheap, for large instances)."""
+    ht = heads_tails(inst, ordered=False)
+    return [first_head(inst, ht, d) + inst.device_work(d) for d in range(inst.devices)]
 
 
 def device_span_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
@@ -198,14 +223,9 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[flo
     device's own last op) - h0, and >= its work.
     """
     ht = ht or heads_tails(inst)
-    jobs: list[list[tuple[float, float, float]]] = [[] for _ in range(inst.devices)]
-    for op in all_ops(inst):
-        jobs[inst.placement[op.stage]].append((ht.head[op], inst.duration(op.kind, op.stage), 0.0))
-    out = []
-    for d in range(inst.devices):
-        h0 = ht.head[Op("F", min(inst.stages_of(d)), 0)]
-        out.append(max(_one_machine_bound(jobs[d]) - h0, inst.device_work(d)))
-    return out
+    jobs = _device_jobs(inst, ht, tails=False)
+    return [max(_one_machine_bound(jobs[d]) - first_head(inst, ht, d), inst.device_work(d))
+            for d in range(inst.devices)]
 
 
 def _knapsack_lp(items: list[tuple[float, float]], room: float, count: float) -> float:
@@ -269,10 +289,14 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
     """
     out: list[float | None] = []
     m = inst.microbatches
+    if inst.replicas != 1 or getattr(inst, "segments", 1) != 1:
+        return [None] * inst.devices  # the argument walks one chain of unsegmented units
     heads = heads_tails(inst, ordered=False).head
     for d in range(inst.devices):
         stages = sorted(inst.stages_of(d))
         limit = inst.limit[d]
+        if limit is not None:
+            limit -= inst.resident(d)
         total_act = sum(inst.activation[t] for t in stages)
         if limit is None or len(stages) > max_stages or m * total_act <= limit + MEMORY_EPS:
             out.append(None)
@@ -310,9 +334,10 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
 
 
 def critical_path(inst: Instance) -> float:
-    """Longest chain of one microbatch (unlimited devices, no resource conflicts)."""
+    """Longest chain through the task graph (unlimited devices, no resource conflicts)."""
     ht = heads_tails(inst, ordered=False)
-    return max(ht.head[op] + inst.duration(op.kind, op.stage) + ht.tail[op] for op in ht.head)
+    graph = TaskGraph(inst)
+    return max(ht.head[op] + graph.duration(op) + ht.tail[op] for op in ht.head)
 
 
 def analytic_bound(inst: Instance, objective: str = "makespan") -> float:
@@ -325,6 +350,6 @@ def analytic_bound(inst: Instance, objective: str = "makespan") -> float:
         return max(max(device_makespan_bounds(inst, ht)), critical_path(inst),
                    max((b for b in mem if b is not None), default=0.0))
     # spans start at the device's first forward, pinned to its head (see api.py)
-    firsts = [ht.head[Op("F", min(inst.stages_of(d)), 0)] for d in range(inst.devices)]
+    firsts = [first_head(inst, ht, d) for d in range(inst.devices)]
     return max(max(device_span_bounds(inst, ht)),
                max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0))

@@ -42,11 +42,12 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import SimResult, validate
-from zbsolve.solver.bounds import check_memory, min_memory_limit
+from zbsolve.solver.bounds import check_memory
 
 EPS = 1e-9
 OBJECTIVES = ("makespan", "span")
@@ -102,32 +103,41 @@ def _key(pick: str, stage: int, mb: int) -> tuple[int, int]:
 
 
 def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
-    """Run the greedy rules once; returns a schedule whose memory respects the limits."""
+    """Run the greedy rules once; returns a schedule whose memory respects the limits.
+
+    Arrivals follow the task graph's successors (``zbsolve.graph``); with two replicas each
+    replica's microbatches are admitted on a device by that replica's first stage there.
+    """
     check_memory(inst)
+    graph = TaskGraph(inst)
     p, m, S = inst.devices, inst.microbatches, inst.stages
+    R, S1 = inst.replicas, inst.model_stages
     place = inst.placement
     act, wgt = inst.activation, inst.weight
     dur_f, dur_i, dur_w = inst.F, inst.I, inst.W
-    hop = [[inst.hop(a, b) for b in range(S)] for a in range(S)] if S <= 512 else None
-
-    def hop_of(a: int, b: int) -> float:
-        return hop[a][b] if hop is not None else inst.hop(a, b)
 
     dev_stages = [inst.stages_of(d) for d in range(p)]
-    first = [min(st) for st in dev_stages]
-    need = min_memory_limit(inst)
-    # The last stage is self-resolving: its I needs only its own F, so it needs no reservation
-    # per microbatch, only one free slot on its device (kept by the admission rule).
-    last, last_dev = S - 1, place[S - 1]
-    shared = act[last] if first[last_dev] != last else 0.0
-    reserve = list(need)
-    reserve[last_dev] -= shared
-    limit = [math.inf if x is None else x for x in inst.limit]
+    mbs_of = [list(inst.microbatches_of(s)) for s in range(S)]
+    # first[d][r]: the device's first stage of replica r (None if it holds none of r's)
+    first = [[min((s for s in st if s // S1 == r), default=None) for r in range(R)]
+             for st in dev_stages]
+    need = [[sum(act[s] for s in st if s // S1 == r) for r in range(R)] for st in dev_stages]
+    # A chain's last stage is self-resolving: its I needs only its own F, so it needs no
+    # reservation per microbatch, only one free slot on its device (kept by the admission rule).
+    reserve = [list(row) for row in need]
+    is_last = [graph.last[s] == s for s in range(S)]
+    for r in range(R):
+        last = r * S1 + S1 - 1
+        dl = place[last]
+        if first[dl][r] != last:
+            reserve[dl][r] -= act[last]
+    limit = [math.inf if x is None else x - inst.resident(d) for d, x in enumerate(inst.limit)]
     if params.cap is None:
         cap = [m + 1] * p
     else:
         v = inst.chunks
-        cap = [max(1, math.ceil(params.cap * (S - first[d]) / v)) for d in range(p)]
+        depth = [max(S1 - f % S1 for f in row if f is not None) for row in first]
+        cap = [max(1, math.ceil(params.cap * depth[d] / v)) for d in range(p)]
 
     free = [0.0] * p
     mem = [0.0] * p
@@ -135,9 +145,12 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
     res_left: list[dict[int, float]] = [dict() for _ in range(p)]
     inflight = [0] * p
     started_i = [False] * p
-    next_f = [0] * S
+    next_f = [0] * S  # index into mbs_of[s]
     f_arr: list[list[float | None]] = [[None] * m for _ in range(S)]
-    f_arr[0] = [0.0] * m
+    for s in range(S):
+        if graph.first[s] == s:
+            for j in mbs_of[s]:
+                f_arr[s][j] = 0.0
     i_pending: list[list[tuple[float, tuple[int, int], int, int]]] = [[] for _ in range(p)]
     i_ready: list[list[tuple[tuple[int, int], int, int]]] = [[] for _ in range(p)]
     w_queue: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
@@ -145,7 +158,9 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
     decision: list[float | None] = [0.0] * p
     heap: list[tuple[float, int]] = [(0.0, d) for d in range(p)]
     heapq.heapify(heap)
-    remaining = 3 * S * m
+    remaining = sum(1 for _ in graph.units()) * 3
+
+    succs = graph.succs
 
     def notify(dd: int, arrival: float) -> None:
         t = max(arrival, free[dd])
@@ -155,16 +170,34 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
             heapq.heappush(heap, (t, dd))
 
     def admissible(d: int, s: int, mb: int) -> bool:
-        if s == first[d]:
+        r = s // S1
+        if s == first[d][r]:
             if inflight[d] >= cap[d]:
                 return False
-            extra = need[d] if params.reserve else act[s]  # reserve[d] + the shared slot
+            extra = need[d][r] if params.reserve else act[s]  # reserve + the shared slot
             return mem[d] + outstanding[d] + extra <= limit[d] + EPS
-        if params.reserve and s == last:
+        if params.reserve and is_last[s]:
             return mem[d] + outstanding[d] + act[s] <= limit[d] + EPS
         if params.reserve:
             return True  # covered by the reservation made on admission
         return mem[d] + act[s] <= limit[d] + EPS
+
+    def arrive(d: int, op: Op, end: float) -> None:
+        """Hand the outputs of a finished op of device d to its successors (the graph's edges)."""
+        for (kind, s2, mb2, _), delay in succs(op):
+            if kind == "SYNC":
+                continue  # the replicas' all-reduce: no device runs it
+            dd = place[s2]
+            arrival = end + delay
+            if kind == "F":
+                f_arr[s2][mb2] = arrival
+            elif kind == "W":
+                w_queue[dd].append((s2, mb2))
+                continue
+            else:
+                heapq.heappush(i_pending[dd], (arrival, _key(params.i_pick, s2, mb2), s2, mb2))
+            if dd != d:
+                notify(dd, arrival)
 
     while remaining:
         if not heap:
@@ -184,9 +217,9 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
             best = None
             next_arrival = pend[0][0] if pend else math.inf
             for s in dev_stages[d]:
-                mb = next_f[s]
-                if mb >= m:
+                if next_f[s] >= len(mbs_of[s]):
                     continue
+                mb = mbs_of[s][next_f[s]]
                 arr = f_arr[s][mb]
                 if arr is None or not admissible(d, s, mb):
                     continue
@@ -228,47 +261,34 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
                     decision[d] = None  # wait to be notified
                 continue
 
-        kind, s, mb = op
+        kind, s, mb, _ = op
+        r = s // S1
         orders[d].append(op)
         remaining -= 1
         if kind == "F":
             end = t + dur_f[s]
             next_f[s] += 1
-            if s == first[d]:
+            if s == first[d][r]:
                 inflight[d] += 1
                 if params.reserve:
-                    res_left[d][mb] = reserve[d] - act[s]
-                    outstanding[d] += reserve[d] - act[s]
-            elif params.reserve and s != last:
+                    res_left[d][mb] = reserve[d][r] - act[s]
+                    outstanding[d] += reserve[d][r] - act[s]
+            elif params.reserve and not is_last[s]:
                 res_left[d][mb] -= act[s]
                 outstanding[d] -= act[s]
             mem[d] += act[s]
-            if s + 1 < S:
-                dd = place[s + 1]
-                arrival = end + hop_of(s, s + 1)
-                f_arr[s + 1][mb] = arrival
-                if dd != d:
-                    notify(dd, arrival)
-            else:
-                heapq.heappush(i_pending[d], (end, _key(params.i_pick, s, mb), s, mb))
         elif kind == "I":
             started_i[d] = True
             end = t + dur_i[s]
             mem[d] -= act[s] - wgt[s]
-            w_queue[d].append((s, mb))
-            if s == first[d]:
+            if s == first[d][r]:
                 inflight[d] -= 1
                 if params.reserve:
                     outstanding[d] -= res_left[d].pop(mb)
-            if s > 0:
-                dd = place[s - 1]
-                arrival = end + hop_of(s, s - 1)
-                heapq.heappush(i_pending[dd], (arrival, _key(params.i_pick, s - 1, mb), s - 1, mb))
-                if dd != d:
-                    notify(dd, arrival)
         else:
             end = t + dur_w[s]
             mem[d] -= wgt[s]
+        arrive(d, op, end)
         free[d] = end
         decision[d] = end
         heapq.heappush(heap, (end, d))
@@ -279,7 +299,7 @@ def default_variants(inst: Instance) -> list[GreedyParams]:
     """The variants worth trying (measured on the ZB tables), the usual winners first so that a
     time limit cuts the least useful ones; fewer on large instances, where each run is a full
     pass over tens of thousands of ops."""
-    n_ops = 3 * inst.stages * inst.microbatches
+    n_ops = TaskGraph(inst).count()
     big, medium = n_ops > 20000, n_ops > 5000
     caps: list[float | None] = [None, 1.0, 2.0] if medium else [None, 1.0, 1.5, 2.0]
     holds = (0.0,) if big else (0.0, 0.3) if medium else (0.0, 0.3, 0.5)

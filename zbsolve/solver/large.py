@@ -37,10 +37,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zbsolve.graph import START, TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Op
-from zbsolve.schedule import Schedule
-from zbsolve.simulate import ScheduleError, SimResult, device_lower_bounds, simulate, validate
+from zbsolve.ops import Kind, Op
+from zbsolve.schedule import Schedule, split_backward
+from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
+from zbsolve.solver.bounds import device_lower_bounds, first_head, heads_tails
 from zbsolve.solver.heuristic import OBJECTIVES, heuristic_schedule
 
 TOL = 1e-6
@@ -72,10 +74,6 @@ class LNSStats:
                 "history": self.history}
 
 
-def objective_value(sim: SimResult, objective: str) -> float:
-    return sim.makespan if objective == "makespan" else sim.max_span
-
-
 def quick_bound(inst: Instance, objective: str) -> float:
     """A cheap valid lower bound (the analytic one can take seconds at this size).
 
@@ -88,15 +86,13 @@ def quick_bound(inst: Instance, objective: str) -> float:
 
 def _key(sim: SimResult, orders: list[list[Op]], objective: str) -> tuple[float, float]:
     """Objective, then the sum of the devices' finish times (lets the search walk plateaus)."""
-    return objective_value(sim, objective), sum(sim.end[row[-1]] for row in orders if row)
+    return sim.value(objective), sum(sim.end[row[-1]] for row in orders if row)
 
 
 # ---------------------------------------------------------------------- one window
-def closed_cut(inst: Instance, orders: list[list[Op]], cut: list[int]) -> list[int]:
+def closed_cut(graph: TaskGraph, orders: list[list[Op]], cut: list[int]) -> list[int]:
     """Shrink per-device prefixes ``orders[d][:cut[d]]`` until every op in them has all its
     predecessors in them too (what stays fixed before a window must not wait for the window)."""
-    from zbsolve.dag import deps
-
     pos = {op: (d, i) for d, row in enumerate(orders) for i, op in enumerate(row)}
     cut = list(cut)
     changed = True
@@ -104,7 +100,7 @@ def closed_cut(inst: Instance, orders: list[list[Op]], cut: list[int]) -> list[i
         changed = False
         for d, row in enumerate(orders):
             for i in range(cut[d]):
-                if any(pos[q][1] >= cut[pos[q][0]] for q, _ in deps(inst, row[i])
+                if any(pos[q][1] >= cut[pos[q][0]] for q, _ in graph.preds(row[i])
                        if q in pos):
                     cut[d] = i
                     changed = True
@@ -112,10 +108,11 @@ def closed_cut(inst: Instance, orders: list[list[Op]], cut: list[int]) -> list[i
     return cut
 
 
-def mb_cut(orders: list[list[Op]], sim: SimResult, j: int) -> list[int]:
+def mb_cut(inst: Instance, orders: list[list[Op]], sim: SimResult, j: int) -> list[int]:
     """Per device, where the backward wave of microbatch j passes: the index of its first op that
-    starts at or after I(lowest stage of the device, j). A diagonal through time that follows
-    the pipeline (a vertical time cut would split the long cool-down of the first devices)."""
+    starts at or after I(lowest stage of the device that runs j, j). A diagonal through time
+    that follows the pipeline (a vertical time cut would split the long cool-down of the first
+    devices)."""
     if j <= 0:
         return [0] * len(orders)
     out = []
@@ -123,8 +120,8 @@ def mb_cut(orders: list[list[Op]], sim: SimResult, j: int) -> list[int]:
         if j >= max((op.mb for op in row), default=-1) + 1:
             out.append(len(row))
             continue
-        low = min(op.stage for op in row)
-        t = sim.start[Op("I", low, j)]
+        low = min(op.stage for op in row if j in inst.microbatches_of(op.stage))
+        t = sim.start[Op(Kind.I, low, j)]
         out.append(next((k for k, op in enumerate(row) if sim.start[op] >= t - TOL), len(row)))
     return out
 
@@ -143,15 +140,14 @@ def _solve_window(
     returns (new orders or None, proved optimal, window size)."""
     from ortools.sat.python import cp_model
 
-    from zbsolve.dag import deps
-
+    graph = TaskGraph(si)
     p = si.devices
     split = list(zip(lo_cut, hi_cut))
     win: list[Op] = [op for d in range(p) for op in orders[d][split[d][0]:split[d][1]]]
     if len(win) < 2:
         return None, True, len(win)
     in_win = set(win)
-    dur = {op: int(round(si.duration(op.kind, op.stage))) for op in win}
+    dur = {op: int(round(graph.duration(op))) for op in win}
     model = cp_model.CpModel()
     lo: dict[Op, int] = {}
     for d in range(p):
@@ -160,24 +156,24 @@ def _solve_window(
         for op in orders[d][split[d][0]:split[d][1]]:
             lo[op] = ready
     for op in win:
-        for pred, delay in deps(si, op):
+        for pred, delay in graph.preds(op):
             if pred not in in_win:
                 lo[op] = max(lo[op], int(round(sim.end[pred] + delay)))
     horizon = max(lo.values()) + sum(dur.values()) + int(round(si.comm)) * len(win) + 1
     start = {op: model.new_int_var(lo[op], horizon, str(op)) for op in win}
     for op in win:
-        for pred, delay in deps(si, op):
+        for pred, delay in graph.preds(op):
             if pred in in_win:
                 model.add(start[op] >= start[pred] + dur[pred] + int(round(delay)))
     per_device = objective == "span"
-    tails = _post_tails(si, orders, sim, hi_cut, per_device)
+    tails = _post_tails(graph, orders, sim, hi_cut, per_device)
     lead = _first_heads(si) if per_device else [0] * p
-    top = int(round(objective_value(sim, objective))) + horizon
+    top = int(round(sim.value(objective))) + horizon
     z = model.new_int_var(0, top, "z")
     reach = [model.new_int_var(0, top + max(lead), f"reach{d}") for d in range(p)]
     for e in range(p):
         model.add(z >= reach[e] - lead[e])
-    for e, v in _fixed_reach(si, orders, sim, split, in_win, tails).items():
+    for e, v in _fixed_reach(graph, orders, sim, split, tails).items():
         model.add(reach[e] >= v)
     terms = []
     for d in range(p):
@@ -194,14 +190,14 @@ def _solve_window(
         terms.append(end_d)
         model.add_hint(end_d, int(round(max(sim.end[o] for o in ops))))
         for o in ops:  # exits through the DAG into the fixed part after the window
-            for e, extra in _exit_vector(si, o, tails).items():
+            for e, extra in _exit_vector(graph, o, tails).items():
                 model.add(reach[e] >= start[o] + dur[o] + extra)
         if j < len(orders[d]):  # the device's next fixed op waits for all its window ops
             for e, extra in tails[orders[d][j]].items():
                 model.add(reach[e] >= end_d + extra)
         else:
             model.add(reach[d if per_device else 0] >= end_d)
-        _window_memory(model, si, d, orders[d][:i], ops, start, dur, horizon)
+        _window_memory(model, graph, d, orders[d][:i], ops, start, dur, horizon)
         for o in ops:
             model.add_hint(start[o], int(round(sim.start[o])))
     # A complete hint (aux variables too): CP-SAT then starts from the incumbent at once.
@@ -230,30 +226,13 @@ def _solve_window(
 
 
 def _first_heads(si: Instance) -> list[int]:
-    """Per device, the DAG-earliest start of its first forward: where its span is measured from
-    (the convention of ``zbsolve.solver.api``); a device can start no earlier."""
-    from zbsolve.dag import earliest_starts
-
-    est = earliest_starts(si)
-    return [int(round(est[Op("F", min(si.stages_of(d)), 0)])) for d in range(si.devices)]
+    """Per device, the graph-earliest start of its first forward: where its span is measured
+    from (the convention of ``zbsolve.solver.api``); a device can start no earlier."""
+    ht = heads_tails(si, ordered=False)
+    return [int(round(first_head(si, ht, d))) for d in range(si.devices)]
 
 
-def _succs(si: Instance, op: Op) -> list[tuple[Op, float]]:
-    """DAG successors with their hand-off delay (the mirror of ``zbsolve.dag.deps``)."""
-    kind, s, mb = op
-    if kind == "F":
-        if s + 1 < si.stages:
-            return [(Op("F", s + 1, mb), si.hop(s, s + 1))]
-        return [(Op("I", s, mb), 0.0)]
-    if kind == "I":
-        out = [(Op("W", s, mb), 0.0)]
-        if s > 0:
-            out.append((Op("I", s - 1, mb), si.hop(s, s - 1)))
-        return out
-    return []
-
-
-def _post_tails(si: Instance, orders: list[list[Op]], sim: SimResult, hi_cut: list[int],
+def _post_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult, hi_cut: list[int],
                 per_device: bool) -> dict[Op, dict[int, int]]:
     """For every op after the window: the longest path from its start to the end of each device
     (``per_device``, for span) or of the schedule (key 0, makespan), through the fixed orders.
@@ -263,7 +242,7 @@ def _post_tails(si: Instance, orders: list[list[Op]], sim: SimResult, hi_cut: li
     exact, not an estimate.
     """
     nxt: dict[Op, Op] = {}
-    post: list[Op] = []
+    post: list[Op] = list(graph.implicit_ops())  # they end the step (makespan), never a span
     for row, cut in zip(orders, hi_cut):
         tail_ops = row[cut:]
         post.extend(tail_ops)
@@ -271,34 +250,37 @@ def _post_tails(si: Instance, orders: list[list[Op]], sim: SimResult, hi_cut: li
     tails: dict[Op, dict[int, int]] = {}
     for q in sorted(post, key=lambda o: -sim.start[o]):
         best: dict[int, int] = {}
-        cands = [(r, c) for r, c in _succs(si, q) if r in tails]
+        cands = [(r, c) for r, c in graph.succs(q) if r in tails]
         if q in nxt:
             cands.append((nxt[q], 0.0))
         for r, c in cands:
             for e, v in tails[r].items():
                 best[e] = max(best.get(e, -1), int(round(c)) + v)
-        dq = int(round(si.duration(q.kind, q.stage)))
+        dq = int(round(graph.duration(q)))
         out = {e: dq + v for e, v in best.items()}
-        if q not in nxt:  # the last op of its device ends that device
-            key = si.placement[q.stage] if per_device else 0
+        device = graph.device(q)
+        if device is None:
+            if not per_device:
+                out[0] = max(out.get(0, 0), dq)
+        elif q not in nxt:  # the last op of its device ends that device
+            key = device if per_device else 0
             out[key] = max(out.get(key, 0), dq)
         tails[q] = out
     return tails
 
 
-def _exit_vector(si: Instance, o: Op, tails: dict[Op, dict[int, int]]) -> dict[int, int]:
-    """How far past the end of window op ``o`` each device's end (key) lies, through its DAG
+def _exit_vector(graph: TaskGraph, o: Op, tails: dict[Op, dict[int, int]]) -> dict[int, int]:
+    """How far past the end of window op ``o`` each device's end (key) lies, through its graph
     successors in the fixed part after the window."""
     out: dict[int, int] = {}
-    for r, c in _succs(si, o):
+    for r, c in graph.succs(o):
         for e, v in tails.get(r, {}).items():
             out[e] = max(out.get(e, -1), int(round(c)) + v)
     return out
 
 
-def _fixed_reach(si: Instance, orders: list[list[Op]], sim: SimResult,
-                 split: list[tuple[int, int]], in_win: set[Op],
-                 tails: dict[Op, dict[int, int]]) -> dict[int, int]:
+def _fixed_reach(graph: TaskGraph, orders: list[list[Op]], sim: SimResult,
+                 split: list[tuple[int, int]], tails: dict[Op, dict[int, int]]) -> dict[int, int]:
     """The part of each device's end that the window cannot change: paths that enter the fixed
     part after the window from the fixed part before it."""
     out: dict[int, int] = {}
@@ -310,7 +292,7 @@ def _fixed_reach(si: Instance, orders: list[list[Op]], sim: SimResult,
     for d, row in enumerate(orders):
         i, j = split[d]
         for o in row[:i]:
-            for r, c in _succs(si, o):
+            for r, c in graph.succs(o):
                 if r in tails:
                     take(sim.end[o], r, c)
         if i == j and j < len(row):  # no window op on d: its fixed parts touch directly
@@ -318,40 +300,40 @@ def _fixed_reach(si: Instance, orders: list[list[Op]], sim: SimResult,
     return out
 
 
-def _window_memory(model, si: Instance, d: int, before: Sequence[Op], ops: Sequence[Op],
+def _window_memory(model, graph: TaskGraph, d: int, before: Sequence[Op], ops: Sequence[Op],
                    start: dict, dur: dict, horizon: int) -> None:
-    """Memory of device d inside the window as a cumulative over activation lifetimes.
+    """Memory of device d inside the window as a cumulative over the graph's lifetimes.
 
-    A lifetime runs from F's start to the end of the op that frees it (I frees activation-weight,
-    W frees weight). Lifetimes that began before the window start at 0; those that end after it
-    run to the horizon; those spanning the whole window only lower the capacity. Measured faster
-    here than a reservoir, whose expansion made CP-SAT's presolve eat the whole window budget.
+    A lifetime runs from its birth (F's start) to its death (the end of the op that frees it).
+    Lifetimes born before the window start at 0; those that die after it run to the horizon;
+    those spanning the whole window only lower the capacity; those born after it do not count.
+    Measured faster here than a reservoir, whose expansion made CP-SAT's presolve eat the whole
+    window budget.
     """
+    si = graph.inst
     limit = si.limit[d]
     if limit is None:
         return
-    act, wgt = si.activation, si.weight
-    in_win = set(ops)
-    started = {(o.stage, o.mb) for o in before if o.kind == "F"}
-    started |= {(o.stage, o.mb) for o in ops if o.kind == "F"}
-    done = {(o.kind, o.stage, o.mb) for o in before if o.kind != "F"}
+    in_win, done = set(ops), set(before)
+
+    def at(op: Op, edge: int):
+        return start[op] if edge == START else start[op] + dur[op]
+
     constant = 0
     intervals, demands = [], []
-    for s, mb in started:
-        f = Op("F", s, mb)
-        for kind, demand in (("I", int(round(act[s] - wgt[s]))), ("W", int(round(wgt[s])))):
-            if demand <= 0 or (kind, s, mb) in done:
-                continue
-            freer = Op(kind, s, mb)
-            if f not in in_win and freer not in in_win:
-                constant += demand  # alive through the whole window
-                continue
-            lo = start[f] if f in in_win else 0
-            hi = start[freer] + dur[freer] if freer in in_win else horizon
-            size = model.new_int_var(0, horizon, f"life{kind}{f}")
-            intervals.append(model.new_interval_var(lo, size, hi, f"mem{kind}{f}"))
-            demands.append(demand)
-    cap = int(math.floor(limit + TOL)) - constant
+    for lt in graph.device_lifetimes(d):
+        if lt.dies in done or not (lt.born in done or lt.born in in_win):
+            continue  # over before the window, or not begun by its end
+        demand = int(round(lt.amount))
+        if lt.born in done and lt.dies not in in_win:
+            constant += demand  # alive through the whole window
+            continue
+        lo = at(lt.born, lt.born_at) if lt.born in in_win else 0
+        hi = at(lt.dies, lt.dies_at) if lt.dies in in_win else horizon
+        size = model.new_int_var(0, horizon, f"life{lt.dies}")
+        intervals.append(model.new_interval_var(lo, size, hi, f"mem{lt.dies}"))
+        demands.append(demand)
+    cap = int(math.floor(limit + TOL)) - int(round(si.resident(d))) - constant
     if sum(demands) <= cap:
         return  # cannot bind inside this window
     model.add_cumulative(intervals, demands, cap)
@@ -386,7 +368,8 @@ def improve(
     stats = LNSStats()
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
-    orders = [list(row) for row in split_fused(sched).orders]
+    graph = TaskGraph(si)
+    orders = [list(row) for row in split_backward(sched).orders]
     sim = simulate(si, Schedule(orders))
     if not sim.feasible:  # rounding made the scaled memory stricter: nothing to search from
         return sched, start_sim, stats
@@ -399,7 +382,7 @@ def improve(
     pass_improved, pass_optimal = False, True
     pos = 0  # first microbatch of the window
     best_orders = orders
-    best_true_value = objective_value(start_sim, objective)
+    best_true_value = start_sim.value(objective)
 
     def report(what: str) -> None:
         elapsed = time.perf_counter() - t_start
@@ -421,8 +404,8 @@ def improve(
                         else max(1, size // 2))
             pass_improved, pass_optimal = False, True
             pos = (stats.passes % 2) * (size // 2)
-        lo_cut = closed_cut(si, orders, mb_cut(orders, sim, pos))
-        hi_cut = closed_cut(si, orders, mb_cut(orders, sim, pos + size))
+        lo_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos))
+        hi_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos + size))
         lo_cut = [min(a, b) for a, b in zip(lo_cut, hi_cut)]
         left = deadline - time.perf_counter()
         limit = min(cfg.window_time, max(left - 0.05, 0.05))
@@ -439,13 +422,13 @@ def improve(
                 key = _key(cand, new, objective)
                 if key[0] <= best_key[0] + TOL and key[1] < best_key[1] - TOL:
                     true = simulate(inst, Schedule(new))
-                    if true.feasible and objective_value(true, objective) <= best_true_value + TOL:
+                    if true.feasible and true.value(objective) <= best_true_value + TOL:
                         orders, sim, best_key = new, cand, key
                         pass_improved = True
                         stats.accepted += 1
                         best_orders = new
-                        if objective_value(true, objective) < best_true_value - TOL:
-                            best_true_value = objective_value(true, objective)
+                        if true.value(objective) < best_true_value - TOL:
+                            best_true_value = true.value(objective)
                             report(f"large: window {stats.windows} ({n_win} ops)")
         if pos + size >= m:
             pos = m  # the pass is over
@@ -453,13 +436,6 @@ def improve(
             pos = min(pos + max(1, int(size * (1 - cfg.overlap))), m - size)
     out = Schedule([list(r) for r in best_orders], name=f"lns-{objective}")
     return out, validate(inst, out), stats
-
-
-def split_fused(sched: Schedule) -> Schedule:
-    """Fused B ops become I then W in place (never later, never more memory)."""
-    from zbsolve.solver.api import split_backward
-
-    return split_backward(sched)
 
 
 def _as_list(hints: Schedule | Iterable[Schedule] | None) -> list[Schedule]:
@@ -498,14 +474,14 @@ def solve_large(
     if not any("variants_tried" in h.meta for h in given):  # no greedy result among the hints
         heur, heur_sim = heuristic_schedule(inst, objective,
                                             time_limit=max(1.0, 0.2 * time_limit))
-        starts.append((objective_value(heur_sim, objective), "heuristic", heur))
+        starts.append((heur_sim.value(objective), "heuristic", heur))
     for h in given:
         try:
             sim = simulate(inst, h)
         except ScheduleError:
             continue
         if sim.feasible:
-            starts.append((objective_value(sim, objective), h.name, h))
+            starts.append((sim.value(objective), h.name, h))
     starts.sort(key=lambda x: x[0])
     value, name, first = starts[0]
     left = time_limit - (time.perf_counter() - t0)

@@ -1,7 +1,7 @@
 """The CP-SAT model of a pipeline schedule (I/W split), built so callers can freeze parts of it.
 
-One fixed-size interval per op (F, I, W), a NoOverlap per device, the precedences of
-``zbsolve.dag.deps`` with the comm delay, memory per device (cumulative over activation
+One fixed-size interval per device op (F, I, W), a NoOverlap per device, the precedences of
+the task graph (``zbsolve.graph``) with their delays, memory per device (cumulative over activation
 lifetimes, or a reservoir of allocate/free events), and the objective (makespan or the longest
 per-device span).
 
@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from zbsolve.dag import all_ops, deps
+from zbsolve.graph import START, TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Op
-from zbsolve.solver.bounds import analytic_bound, heads_tails
+from zbsolve.ops import Kind, Op
+from zbsolve.solver.bounds import analytic_bound, first_head, heads_tails
 
 OBJECTIVES = ("makespan", "span")
 MEMORY_MODELS = ("cumulative", "reservoir")
@@ -62,7 +62,7 @@ class TimeScale:
 
     @staticmethod
     def choose(inst: Instance) -> TimeScale:
-        times = [x for x in (*inst.F, *inst.I, *inst.W, inst.comm) if x > 0]
+        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm) if x > 0]
         t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
         if t_scale is None:
             raise ValueError(
@@ -71,7 +71,7 @@ class TimeScale:
             )
         err = max((abs(round(x * t_scale) - x * t_scale) / (x * t_scale) for x in times),
                   default=0.0)
-        mems = [x for x in (*inst.activation, *inst.weight,
+        mems = [x for x in (*inst.activation, *inst.weight, *inst.params,
                             *(v for v in inst.limit if v is not None)) if x > 0]
         m_scale = _pick_scale(mems, exact=True)
         return TimeScale(t_scale, m_scale or 10**4, err if err > 1e-12 else 0.0,
@@ -116,14 +116,16 @@ def scaled_instance(inst: Instance, scale: TimeScale) -> Instance:
     ``dataclasses.replace`` rather than ``with_``: the values are already validated, and a
     per-device ``None`` limit must survive.
     """
+    def times(values: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(float(scale.t(x)) for x in values)
+
+    def mems(values: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(float(scale.mem_up(x)) for x in values)
+
     return dataclasses.replace(
-        inst,
-        F=tuple(float(scale.t(x)) for x in inst.F),
-        I=tuple(float(scale.t(x)) for x in inst.I),
-        W=tuple(float(scale.t(x)) for x in inst.W),
+        inst, F=times(inst.F), I=times(inst.I), W=times(inst.W), sync=times(inst.sync),
         comm=float(scale.t(inst.comm)),
-        activation=tuple(float(scale.mem_up(x)) for x in inst.activation),
-        weight=tuple(float(scale.mem_up(x)) for x in inst.weight),
+        activation=mems(inst.activation), weight=mems(inst.weight), params=mems(inst.params),
         limit=tuple(None if x is None else float(scale.mem_down(x)) for x in inst.limit),
     )
 
@@ -135,11 +137,12 @@ class ScheduleModel:
     model: cp_model.CpModel
     inst: Instance  # the original instance
     scaled: Instance  # in model units
+    graph: TaskGraph  # of the scaled instance
     scale: TimeScale
     objective: str
     horizon: int
     start: dict[Op, cp_model.IntVar]
-    interval: dict[Op, cp_model.IntervalVar]
+    interval: dict[Op, cp_model.IntervalVar]  # device ops only
     first: list[cp_model.IntVar]  # per device: start of its first op
     last: list[cp_model.IntVar]  # per device: end of its last op
     objective_var: cp_model.IntVar
@@ -147,7 +150,7 @@ class ScheduleModel:
     stats: dict = field(default_factory=dict)
 
     def duration(self, op: Op) -> int:
-        return int(self.scaled.duration(op.kind, op.stage))
+        return int(self.graph.duration(op))
 
     def starts(self, solver: cp_model.CpSolver) -> dict[Op, int]:
         return {op: solver.value(v) for op, v in self.start.items()}
@@ -155,8 +158,8 @@ class ScheduleModel:
     def orders(self, starts: Mapping[Op, float]) -> list[list[Op]]:
         """Per-device orders by start time (ops of a device never overlap, so no ties)."""
         rows: list[list[Op]] = [[] for _ in range(self.inst.devices)]
-        for op in sorted(self.start, key=lambda o: (starts[o], o.kind != "I")):
-            rows[self.inst.placement[op.stage]].append(op)
+        for op in sorted(self.interval, key=lambda o: (starts[o], o.kind != Kind.I)):
+            rows[self.graph.device(op)].append(op)
         return rows
 
     def add_hint(self, starts: Mapping[Op, int]) -> None:
@@ -166,18 +169,20 @@ class ScheduleModel:
 
 
 def sorted_by_microbatch(starts: Mapping[Op, float]) -> dict[Op, float]:
-    """Relabel microbatches so each (kind, stage) runs in microbatch order (same time slots).
+    """Relabel microbatches so each (kind, stage, segment) runs in microbatch order (same time
+    slots, the same microbatches of that stage).
 
     Valid for any feasible schedule (bounds.py, module docstring): used to make a hint agree
     with the symmetry-breaking constraints.
     """
-    slots: dict[tuple[str, int], list[float]] = {}
+    slots: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
     for op, t in starts.items():
-        slots.setdefault((op.kind, op.stage), []).append(t)
+        slots.setdefault((op.kind, op.stage, op.seg), []).append((t, op.mb))
     out: dict[Op, float] = {}
-    for (kind, stage), times in slots.items():
-        for j, t in enumerate(sorted(times)):
-            out[Op(kind, stage, j)] = t
+    for (kind, stage, seg), items in slots.items():
+        mbs = sorted(mb for _, mb in items)
+        for mb, (t, _) in zip(mbs, sorted(items)):
+            out[Op(kind, stage, mb, seg)] = t
     return out
 
 
@@ -209,103 +214,154 @@ def build_model(
     if memory_model not in MEMORY_MODELS:
         raise ValueError(f"memory_model: expected one of {MEMORY_MODELS}, got {memory_model!r}")
     scale = scale or TimeScale.choose(inst)
-    si = scaled_instance(inst, scale)
-    ops = list(all_ops(si))
-    dur = {op: int(si.duration(op.kind, op.stage)) for op in ops}
-    serial = sum(dur.values()) + int(si.comm) * sum(
-        1 for op in ops for _, c in deps(si, op) if c > 0
-    )
-    if horizon is None:
-        horizon = upper_bound if (objective == "makespan" and upper_bound is not None) else serial
-    horizon = int(horizon)
-
-    ht = heads_tails(si, ordered=symmetry)
-    model = cp_model.CpModel()
-    start: dict[Op, cp_model.IntVar] = {}
-    interval: dict[Op, cp_model.IntervalVar] = {}
-    for op in ops:
-        lo = int(ht.head[op])
-        hi = horizon - dur[op] - int(ht.tail[op])  # every op ends by the horizon
-        if window and op in window:
-            lo, hi = max(lo, window[op][0]), min(hi, window[op][1])
-        if fixed and op in fixed:
-            lo = hi = int(fixed[op])
-        if hi < lo:
-            hi = lo  # an over-tight horizon or window: the model is infeasible, CP-SAT says so
-            model.add_bool_or([])  # explicit contradiction rather than a crash on the domain
-        start[op] = model.new_int_var(lo, hi, str(op))
-        interval[op] = model.new_fixed_size_interval_var(start[op], dur[op], f"i{op}")
-
-    for op in ops:
-        for pred, delay in deps(si, op):
-            model.add(start[op] >= start[pred] + dur[pred] + int(delay))
-    for seq in order:
-        for a, b in zip(seq, seq[1:]):
-            model.add(start[b] >= start[a] + dur[a])
+    b = _Builder(inst, scale_=scale, objective=objective, symmetry=symmetry)
+    b.variables(horizon, upper_bound, fixed, window)
+    b.precedences(order)
     if symmetry:
-        for op in ops:
-            if op.mb + 1 < si.microbatches:
-                nxt = Op(op.kind, op.stage, op.mb + 1)
-                model.add(start[nxt] >= start[op] + dur[op])
-
-    p = si.devices
-    first, last = [], []
-    for d in range(p):
-        dev_ops = [op for op in ops if si.placement[op.stage] == d]
-        model.add_no_overlap([interval[op] for op in dev_ops])
-        f = model.new_int_var(0, horizon, f"first{d}")
-        e = model.new_int_var(0, horizon, f"last{d}")
-        # A device's first op is an F and its last a W (every I/W of d follows an F of d, and
-        # every op of d is followed by a W of d), so only those are linked.
-        for op in dev_ops:
-            if op.kind == "F":
-                model.add(f <= start[op])
-            elif op.kind == "W":
-                model.add(e >= start[op] + dur[op])
-        lead = Op("F", min(si.stages_of(d)), 0)
-        if symmetry:  # the first op is F(lowest stage, 0): make it exact
-            model.add(f == start[lead])
-        if objective == "span":
-            # Span is measured with every device starting as early as the DAG allows (as the
-            # ASAP simulator does): otherwise a late start would shorten a span on paper only.
-            if not symmetry:
-                model.add_min_equality(f, [start[op] for op in dev_ops if op.kind == "F"])
-            model.add(f == int(ht.head[lead]))
-        if redundant:
-            model.add(e >= f + int(si.device_work(d)))
-        if symmetry:
-            _add_memory_precedences(model, si, d, start, dur)
-        first.append(f)
-        last.append(e)
-        _add_memory(model, si, d, dev_ops, start, dur, horizon, memory_model)
-
-    lb = int(math.ceil(analytic_bound(si, objective) - 1e-9)) if redundant else 0
-    obj = model.new_int_var(lb, horizon, objective)
-    if objective == "makespan":
-        model.add_max_equality(obj, last)
-    else:
-        spans = []
-        for d in range(p):
-            sp = model.new_int_var(0, horizon, f"span{d}")
-            model.add(sp == last[d] - first[d])
-            spans.append(sp)
-        model.add_max_equality(obj, spans)
-    if upper_bound is not None:
-        model.add(obj <= int(upper_bound))
-    model.minimize(obj)
-
-    sm = ScheduleModel(model, inst, si, scale, objective, horizon, start, interval, first, last,
-                       obj, lb, {"ops": len(ops), "horizon": horizon})
+        b.microbatch_order()
+    b.devices(redundant, memory_model)
+    sm = b.objective(redundant, upper_bound)
     if hint:
         sm.add_hint(hint)
     return sm
 
 
+class _Builder:
+    """One small method per constraint family, each building on the variables of the first."""
+
+    def __init__(self, inst: Instance, scale_: TimeScale, objective: str, symmetry: bool):
+        self.inst, self.scale, self.objective_name = inst, scale_, objective
+        self.si = scaled_instance(inst, scale_)
+        self.graph = TaskGraph(self.si)
+        self.symmetry = symmetry
+        self.model = cp_model.CpModel()
+        self.ops = list(self.graph.ops())
+        self.dur = {op: int(self.graph.duration(op)) for op in self.ops}
+        self.ht = heads_tails(self.si, ordered=symmetry, graph=self.graph)
+        self.start: dict[Op, cp_model.IntVar] = {}
+        self.interval: dict[Op, cp_model.IntervalVar] = {}
+        self.first: list[cp_model.IntVar] = []
+        self.last: list[cp_model.IntVar] = []
+
+    def end(self, op: Op):
+        return self.start[op] + self.dur[op]
+
+    def variables(self, horizon, upper_bound, fixed, window) -> None:
+        """Ensures every op has a start inside its head/tail window and the horizon; device
+        ops also get a fixed-size interval."""
+        si, graph = self.si, self.graph
+        serial = sum(self.dur.values()) + int(si.comm) * sum(
+            1 for op in self.ops for _, c in graph.preds(op) if c > 0)
+        if horizon is None:
+            horizon = (upper_bound if (self.objective_name == "makespan" and upper_bound is not None)
+                       else serial)
+        self.horizon = int(horizon)
+        for op in self.ops:
+            lo = int(self.ht.head[op])
+            hi = self.horizon - self.dur[op] - int(self.ht.tail[op])  # every op ends by the horizon
+            if window and op in window:
+                lo, hi = max(lo, window[op][0]), min(hi, window[op][1])
+            if fixed and op in fixed:
+                lo = hi = int(fixed[op])
+            if hi < lo:
+                hi = lo  # an over-tight horizon or window: the model is infeasible, CP-SAT says so
+                self.model.add_bool_or([])  # explicit contradiction rather than a crash on the domain
+            self.start[op] = self.model.new_int_var(lo, hi, str(op))
+            if graph.device(op) is not None:
+                self.interval[op] = self.model.new_fixed_size_interval_var(
+                    self.start[op], self.dur[op], f"i{op}")
+
+    def precedences(self, order: Iterable[Sequence[Op]]) -> None:
+        """Ensures every op starts after its predecessors end plus the hand-off delay, and
+        the caller's kept sequences stay in order."""
+        for op in self.ops:
+            for pred, delay in self.graph.preds(op):
+                self.model.add(self.start[op] >= self.end(pred) + int(delay))
+        for seq in order:
+            for a, c in zip(seq, seq[1:]):
+                self.model.add(self.start[c] >= self.end(a))
+
+    def microbatch_order(self) -> None:
+        """Ensures interchangeable microbatches run in order per (kind, stage, segment)."""
+        for op in self.ops:
+            prev = self.graph.same_class_prev(op)
+            if prev is not None:
+                self.model.add(self.start[op] >= self.end(prev))
+
+    def devices(self, redundant: bool, memory_model: str) -> None:
+        """Ensures a device runs one op at a time and its memory fits (its lifetimes and
+        resident weights under its limit), and defines its first start and last end."""
+        si, graph, model = self.si, self.graph, self.model
+        for d in range(si.devices):
+            dev_ops = list(graph.device_ops(d))
+            model.add_no_overlap([self.interval[op] for op in dev_ops])
+            f = model.new_int_var(0, self.horizon, f"first{d}")
+            e = model.new_int_var(0, self.horizon, f"last{d}")
+            # A device's first op is an F and its last a W or B (every backward of d follows an
+            # F of d, and every op of d is followed by its unit's last op), so only those link.
+            for op in dev_ops:
+                if op.kind == Kind.F:
+                    model.add(f <= self.start[op])
+                elif op == graph.last_op(*op.unit):
+                    model.add(e >= self.end(op))
+            # In microbatch order the first op is the first forward of the device's lowest
+            # stage in some replica: exact when there is one such candidate.
+            leads = _leads(si, d)
+            if self.symmetry:
+                if len(leads) == 1:
+                    model.add(f == self.start[leads[0]])
+                else:
+                    model.add_min_equality(f, [self.start[op] for op in leads])
+            if self.objective_name == "span":
+                # Span is measured with every device starting as early as the graph allows (as
+                # the ASAP simulator does): otherwise a late start shortens a span on paper only.
+                if not self.symmetry:
+                    model.add_min_equality(f, [self.start[op] for op in dev_ops if op.kind == Kind.F])
+                model.add(f == int(first_head(si, self.ht, d)))
+            if redundant:
+                model.add(e >= f + int(si.device_work(d)))
+            if self.symmetry:
+                _add_memory_precedences(model, si, d, self.start, self.dur)
+            self.first.append(f)
+            self.last.append(e)
+            _add_memory(model, si, graph, d, self.start, self.dur, self.horizon, memory_model)
+
+    def objective(self, redundant: bool, upper_bound: int | None) -> ScheduleModel:
+        """Defines the objective (makespan, or longest device span) and minimizes it."""
+        si, model = self.si, self.model
+        lb = int(math.ceil(analytic_bound(si, self.objective_name) - 1e-9)) if redundant else 0
+        obj = model.new_int_var(lb, self.horizon, self.objective_name)
+        if self.objective_name == "makespan":
+            ends = list(self.last) + [self.end(op) for op in self.graph.implicit_ops()]
+            model.add_max_equality(obj, ends)
+        else:
+            spans = []
+            for d in range(si.devices):
+                sp = model.new_int_var(0, self.horizon, f"span{d}")
+                model.add(sp == self.last[d] - self.first[d])
+                spans.append(sp)
+            model.add_max_equality(obj, spans)
+        if upper_bound is not None:
+            model.add(obj <= int(upper_bound))
+        model.minimize(obj)
+        return ScheduleModel(model, self.inst, si, self.graph, self.scale, self.objective_name,
+                             self.horizon, self.start, self.interval, self.first, self.last, obj,
+                             lb, {"ops": len(self.ops), "horizon": self.horizon})
+
+
+def _leads(si: Instance, d: int) -> list[Op]:
+    """Per replica, the first forward of the device's lowest stage of that replica."""
+    lowest: dict[int, int] = {}
+    for s in si.stages_of(d):
+        lowest.setdefault(si.replica_of(s), s)
+    return [Op(Kind.F, s, si.microbatches_of(s)[0]) for s in lowest.values()]
+
+
 def _add_memory(
     model: cp_model.CpModel,
     si: Instance,
+    graph: TaskGraph,
     d: int,
-    dev_ops: list[Op],
     start: dict[Op, cp_model.IntVar],
     dur: dict[Op, int],
     horizon: int,
@@ -313,39 +369,30 @@ def _add_memory(
 ) -> None:
     """Memory of device d against its limit (nothing when the limit can never bind)."""
     limit = si.limit[d]
-    stages = si.stages_of(d)
-    if limit is None or limit >= si.microbatches * sum(si.activation[s] for s in stages):
+    if limit is None:
         return
-    cap = int(limit)
+    lifetimes = list(graph.device_lifetimes(d))
+    cap = int(limit - si.resident(d))
+    if cap >= sum(int(lt.amount) for lt in lifetimes):
+        return
+
+    def at(op: Op, edge: int):
+        return start[op] if edge == START else start[op] + dur[op]
+
     if memory_model == "reservoir":
         times, changes = [], []
-        for op in dev_ops:
-            s, a, w = op.stage, int(si.activation[op.stage]), int(si.weight[op.stage])
-            if op.kind == "F":
-                times.append(start[op])
-                changes.append(a)
-            elif op.kind == "I" and a - w > 0:
-                times.append(start[op] + dur[op])
-                changes.append(-(a - w))
-            elif op.kind == "W" and w > 0:
-                times.append(start[op] + dur[op])
-                changes.append(-w)
+        for lt in lifetimes:
+            times += [at(lt.born, lt.born_at), at(lt.dies, lt.dies_at)]
+            changes += [int(lt.amount), -int(lt.amount)]
         model.add_reservoir_constraint(times, changes, 0, cap)
         return
     intervals, demands = [], []
-    for op in dev_ops:
-        if op.kind != "F":
-            continue
-        s, j = op.stage, op.mb
-        a, w = int(si.activation[s]), int(si.weight[s])
-        for kind, demand in (("I", a - w), ("W", w)):
-            if demand <= 0:
-                continue
-            other = Op(kind, s, j)
-            end = start[other] + dur[other]
-            size = model.new_int_var(dur[op], horizon, f"life{kind}{op}")
-            intervals.append(model.new_interval_var(start[op], size, end, f"mem{kind}{op}"))
-            demands.append(demand)
+    for lt in lifetimes:
+        born, dies = at(lt.born, lt.born_at), at(lt.dies, lt.dies_at)
+        min_size = dur[lt.born] if lt.born_at == START else 0
+        size = model.new_int_var(min_size, horizon, f"life{lt.dies}")
+        intervals.append(model.new_interval_var(born, size, dies, f"mem{lt.dies}"))
+        demands.append(int(lt.amount))
     model.add_cumulative(intervals, demands, cap)
 
 
@@ -359,8 +406,9 @@ def in_flight_caps(inst: Instance, d: int) -> dict[int, int]:
     for L = floor(limit / A_s). Only the stages where this leaves L < m are returned.
     """
     limit = inst.limit[d]
-    if limit is None:
-        return {}
+    if limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1:
+        return {}  # the argument walks one chain of unsegmented units
+    limit -= inst.resident(d)
     out = {}
     stages = sorted(inst.stages_of(d))
     for s in stages:
@@ -376,5 +424,5 @@ def _add_memory_precedences(model: cp_model.CpModel, si: Instance, d: int,
     """Redundant precedences implied by memory (valid with the microbatch-order symmetry)."""
     for s, cap in in_flight_caps(si, d).items():
         for j in range(si.microbatches - cap):
-            i_op = Op("I", s, j)
-            model.add(start[Op("F", s, j + cap)] >= start[i_op] + dur[i_op])
+            i_op = Op(Kind.I, s, j)
+            model.add(start[Op(Kind.F, s, j + cap)] >= start[i_op] + dur[i_op])

@@ -29,8 +29,9 @@ from typing import Any
 import pandas as pd
 
 from zbsolve.instance import Instance, InstanceError
+from zbsolve.numeric import fits
 from zbsolve.schedule import Schedule
-from zbsolve.simulate import EPS, validate
+from zbsolve.simulate import validate
 from zbsolve.sweep import cache
 from zbsolve.sweep.front import metric_columns, pareto_flags
 from zbsolve.sweep.layouts import Layout, layouts_for, reference_peak, relayout
@@ -264,9 +265,9 @@ class HintPool:
         self.found.setdefault(layout, []).append((row["peak"], value, named))
 
     def hints_for(self, case: Case) -> list[Schedule]:
-        fits = [(v, pk, s) for pk, v, s in self.found.get(case.layout, [])
-                if pk <= case.limit + EPS]
-        return [min(fits, key=lambda t: (t[0], t[1]))[2]] if fits else []
+        usable = [(v, pk, s) for pk, v, s in self.found.get(case.layout, [])
+                  if fits(pk, case.limit)]
+        return [min(usable, key=lambda t: (t[0], t[1]))[2]] if usable else []
 
 
 def _solve_all(todo: list[Case], config: SweepConfig, cache_dir: Path, solve_fn: SolveFn,
@@ -334,7 +335,7 @@ def _baseline_rows(case: Case, baselines: list) -> list[dict[str, Any]]:
     out = []
     for b in baselines:
         peaks = b.result.peak_memory
-        if any(pk > case.limit + EPS for pk in peaks):
+        if not all(fits(pk, case.limit) for pk in peaks):
             continue
         row = _case_row(case)
         row.update(
