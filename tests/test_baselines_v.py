@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zbsolve.baselines import NotApplicable, generate, zbv
-from zbsolve.baselines.dualpipev import dualpipev
+from zbsolve.baselines.dualpipe import dualpipev
 from zbsolve.baselines.vshape import block_offsets, block_peak, one_f_one_b_v, v_half, v_min, zb_v
 from zbsolve.instance import load_instance
 from zbsolve.ops import Op, parse_op

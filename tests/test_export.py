@@ -34,10 +34,11 @@ DUALPIPEV_CSV = Path("/work/shared/reference/torch-artifacts/dualpipev_4rank_10m
 DUALPIPEV_INST = ROOT / "instances" / "torch-dualpipev-p4-m10.yaml"
 
 
-def _inst(p: int, m: int, v: int = 1, placement: str = "loop", comm: float = 0.3, **times):
+def _inst(p: int, m: int, v: int = 1, placement: str = "loop", comm: float = 0.3,
+          replicas: int = 1, **times):
     return load_instance({
-        "name": f"t-p{p}-m{m}-v{v}-{placement}", "devices": p, "microbatches": m, "chunks": v,
-        "placement": placement, "comm": comm,
+        "name": f"t-p{p}-m{m}-v{v}-{placement}-r{replicas}", "devices": p, "microbatches": m,
+        "chunks": v, "placement": placement, "comm": comm, "replicas": replicas,
         "times": {"F": times.get("F", 1.0), "I": times.get("I", 1.2), "W": times.get("W", 0.7)},
         "memory": {"activation": 1.0, "weight": 0.4},
     })
@@ -50,6 +51,7 @@ INSTANCES = [
     _inst(4, 8, v=2, placement="v"),
     _inst(2, 6, v=2, placement="v", comm=1.0),
     _inst(4, 12, v=3, comm=0.1),
+    _inst(4, 8, replicas=2),
 ]
 
 
@@ -97,9 +99,10 @@ def test_every_family_lowers_to_a_deadlock_free_table(inst, sched, fuse):
     n_transfers = sum(a.is_send for row in table.actions for a in row)
     assert all(r.transfers == n_transfers for r in reports)
     # exactly one SEND/RECV per cross-rank hand-off, none between stages of one rank
-    S = inst.stages
-    expected = inst.microbatches * sum(
-        2 for s in range(S - 1) if inst.placement[s] != inst.placement[s + 1])
+    S, R = inst.model_stages, inst.replicas
+    expected = inst.microbatches // R * sum(
+        2 for r in range(R) for s in range(r * S, r * S + S - 1)
+        if inst.placement[s] != inst.placement[s + 1])
     assert n_transfers == expected
     assert sum(a.is_recv for row in table.actions for a in row) == expected
     # JSON: schema-valid, round trip, the schedule comes back
@@ -304,9 +307,11 @@ def test_solver_schedule_exports():
 @pytest.mark.parametrize("inst,sched", CASES, ids=CASE_IDS)
 def test_torch_csv_round_trip(inst, sched, tmp_path):
     path = tmp_path / f"{sched.name}.csv"
-    rows = write_torch_csv(inst, sched, path)
+    rows = write_torch_csv(inst, sched, path, extended=inst.replicas > 1)
     assert rows == [[str(op) for op in order] for order in sched.orders]
     assert read_torch_csv(path).orders == sched.orders
+    if inst.replicas > 1:
+        return  # comms are torch's form only
     comms = tmp_path / "comms.csv"
     write_torch_csv(inst, sched, comms, comms=True)
     assert read_torch_csv(comms).orders == sched.orders
@@ -324,6 +329,11 @@ def _torch_load(path: Path):
 @pytest.mark.parametrize("inst,sched", CASES, ids=CASE_IDS)
 def test_torch_parses_our_csv_to_the_same_actions(inst, sched, tmp_path):
     path = tmp_path / "s.csv"
+    if inst.replicas > 1:  # torch's runtime has one last stage: refused with the reason
+        with pytest.raises(TorchCSVError, match="cannot run two replicas"):
+            write_torch_csv(inst, sched, path)
+        assert not path.exists()
+        return
     write_torch_csv(inst, sched, path)
     schedules, actions = _torch_load(path)
     assert {r: [(a.stage_index, a.computation_type.value, a.microbatch_index) for a in row]

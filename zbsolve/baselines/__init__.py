@@ -25,7 +25,9 @@ _REGISTRY: dict[str, str] = {
     "zb-v": "vshape:zb_v",
     "v-half": "vshape:v_half",
     "v-min": "vshape:v_min",
-    "dualpipev": "dualpipev:dualpipev",
+    "dualpipev": "dualpipe:dualpipev",
+    "chimera": "chimera:chimera",
+    "dualpipe": "dualpipe:dualpipe",
 }
 NAMES = tuple(_REGISTRY)
 

@@ -108,15 +108,39 @@ def read_torch_csv(path: str | Path) -> Schedule:
 
 
 # ---------------------------------------------------------------------------- writing
-def compute_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list[list[str]]:
-    """Compute-only rows after validating the schedule with the simulator."""
+def torch_refusal(inst: Instance) -> str | None:
+    """Why torch's runtime cannot run schedules of this instance (None when it can)."""
+    if inst.replicas > 1:
+        return ("torch's pipelining runtime runs one model with one last stage, so it cannot run "
+                "two replicas in one schedule; write --format torch-csv-ext (our extended CSV, "
+                "replica r's stage s is r*S+s) or --format executor for our runner")
+    return None
+
+
+def cell(entry) -> str:
+    """One job in torch's syntax: an op token, or ``(0F7;7B3)OVERLAP_F_B`` for a pair."""
+    from zbsolve.ops import Pair
+
+    return f"({entry.first};{entry.second})OVERLAP_F_B" if isinstance(entry, Pair) else str(entry)
+
+
+def compute_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False,
+                 extended: bool = False) -> list[list[str]]:
+    """Compute-only rows after validating the schedule with the simulator.
+
+    ``extended``: our superset of torch's grammar (replica stages r*S+s, and later segments
+    and memory modes), which only our runner reads; otherwise refuse what torch cannot run.
+    """
     from zbsolve.schedule import fuse_backward
     from zbsolve.simulate import validate
 
+    why = None if extended else torch_refusal(inst)
+    if why:
+        raise TorchCSVError(f"--format torch-csv: {why}")
     if fuse_bw:
         sched = fuse_backward(sched)
     validate(inst, sched)
-    return [[str(op) for op in order] for order in sched.orders]
+    return [[cell(e) for e in order] for order in sched.orders]
 
 
 def comm_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list[list[str]]:
@@ -124,6 +148,9 @@ def comm_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list
     from zbsolve.export.executor import lower
     from zbsolve.export.p2p_check import require_safe
 
+    why = torch_refusal(inst)
+    if why:
+        raise TorchCSVError(f"--format torch-csv-comms: {why}")
     table = lower(inst, sched, fuse_bw=fuse_bw)
     require_safe(table)
     return table_rows(table)
@@ -158,14 +185,17 @@ def write_rows(rows: list[list[str]], path: str | Path) -> None:
 
 def write_torch_csv(
     inst: Instance, sched: Schedule, path: str | Path, comms: bool = False, *,
-    fuse_bw: bool = False,
+    fuse_bw: bool = False, extended: bool = False,
 ) -> list[list[str]]:
-    """Write the CSV torch's ``_load_csv`` reads (``format="compute_comms"`` when comms).
+    """Write the CSV torch's ``_load_csv`` reads (``format="compute_comms"`` when comms), or
+    with ``extended`` our compute-only superset of it (``--format torch-csv-ext``).
 
     The schedule is validated by the simulator first; with comms the lowered table must also
     pass ``p2p_check``.
     """
-    rows = comm_rows(inst, sched, fuse_bw=fuse_bw) if comms else compute_rows(
-        inst, sched, fuse_bw=fuse_bw)
+    if comms:
+        rows = comm_rows(inst, sched, fuse_bw=fuse_bw)
+    else:
+        rows = compute_rows(inst, sched, fuse_bw=fuse_bw, extended=extended)
     write_rows(rows, path)
     return rows
