@@ -196,11 +196,13 @@ def run_handler(args: argparse.Namespace) -> int:
         return 2
 
 
-def print_schedule_table(rows: list[dict]) -> None:
+def print_schedule_table(rows: list[dict], unit: str | None = None) -> None:
     """One table of schedules judged by the simulator (rows: ``name``, optional ``status``, and
     ``SimResult.summary()`` fields, or ``reason`` for a family that does not apply, which is
-    listed on one line under the table instead)."""
+    listed on one line under the table instead). ``unit``: of the memory column."""
     import pandas as pd
+
+    peak = f"peak memory ({unit})" if unit else "peak memory"
 
     shown = [
         {
@@ -210,7 +212,7 @@ def print_schedule_table(rows: list[dict]) -> None:
             "span": r["span"],
             "bubble(makespan)": r["bubble_makespan"],
             "bubble(span)": r["bubble_span"],
-            "peak memory": fmt_list(r["peak_memory"]),
+            peak: fmt_list(r["peak_memory"]),
             "fits memory": "yes" if r["feasible"] else "NO",
         }
         for r in rows if "reason" not in r

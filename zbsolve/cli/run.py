@@ -121,6 +121,8 @@ def handle(args) -> int:
     if not reports:  # a non-zero rank under torchrun: rank 0 reports
         return 0
     report = mark_unmeasured(reports[0])
+    if args.trace:
+        report["trace"] = args.trace  # as given: the ranks were handed the absolute path
     report["note"] = note
     report["model_preset"] = args.model
     verdict = verdict_line(report)

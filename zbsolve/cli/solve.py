@@ -20,6 +20,7 @@ from zbsolve.cli.common import (
     print_schedule_table,
     write_text_atomic,
 )
+from zbsolve.instance import memory_unit_label
 
 
 def register(sub) -> None:
@@ -113,7 +114,7 @@ def margin_meta(given, solved, margin: float) -> dict:
 
 def _print_table(inst, result, table: list[dict], output: str | None, margin: dict) -> None:
     obj = result.schedule.meta["objective"]
-    unit = f" {inst.memory_unit}" if inst.memory_unit else ""
+    unit = f" {memory_unit_label(inst)}" if memory_unit_label(inst) else ""
     kept = (f" (memory margin {margin['fraction']:g}: given {fmt_list(margin['limit_given'])})"
             if margin else "")
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
@@ -124,6 +125,6 @@ def _print_table(inst, result, table: list[dict], output: str | None, margin: di
           f"{result.lower_bound:.6g} (analytic {result.analytic_bound:.6g}, cp-sat "
           f"{'-' if result.cpsat_bound is None else f'{result.cpsat_bound:.6g}'}), gap "
           f"{100 * result.gap:.3f}%, {result.solve_time:.2f}s; best hand-made: {base}")
-    print_schedule_table(table)
+    print_schedule_table(table, memory_unit_label(inst))
     if output:
         print(f"schedule written to {output}")
