@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/zbsolve show $(DEFAULT) results/demo/schedule.json -o results/demo/timeline.png
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check zbsolve tests
+	$(VENV)/bin/ruff check zbsolve tests examples
 	$(PY) -c "import torch, nbclient, ipykernel"  # the torch and notebook tests must run, not skip
 	$(PY) -m pytest -q -p no:cacheprovider
 
