@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -147,16 +146,6 @@ def new_output_dir(prefix: str) -> Path:
     while path.exists():
         n += 1
         path = Path.cwd() / f"{stem}-{n}"
-    return path
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
     return path
 
 

@@ -18,8 +18,8 @@ from zbsolve.cli.common import (
     positive_int,
     print_json,
     print_schedule_table,
-    write_text_atomic,
 )
+from zbsolve.files import write_text_atomic
 from zbsolve.instance import memory_unit_label
 
 

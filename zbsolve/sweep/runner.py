@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from zbsolve.files import write_text_atomic
 from zbsolve.instance import Instance, InstanceError, memory_unit_label
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import EPS, validate
@@ -406,7 +407,7 @@ def _write_schedules(inst: Instance, cases: list[Case], table: pd.DataFrame,
             f"solver-limit-{case.limit:.10g}.json" if row["source"] == "solver"
             else f"{row['schedule']}.json")
         if rel not in written:
-            cache.write_text_atomic(out_dir / rel, json.dumps(sched.to_dict(), indent=1))
+            write_text_atomic(out_dir / rel, json.dumps(sched.to_dict(), indent=1))
             written[rel] = None
         column.append(str(rel))
     return column
