@@ -1,6 +1,6 @@
 """V-shape schedules (1F1B-V, ZB-V, V-Half, V-Min, DualPipeV) judged by the simulator.
 
-Published numbers: shared/reference/vshape_unit_cost.csv (unit cost) and
+Published numbers: zbsolve/data/reference/vshape_unit_cost.csv (unit cost) and
 zbv_arxiv_bubble_rates.csv (profiled times per chunk); PyTorch's own DualPipeV order for
 4 ranks / 10 microbatches (torch-artifacts/dualpipev_4rank_10mb.csv).
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from zbsolve.baselines import NAMES, NotApplicable, generate
+from zbsolve.data import reference_path
 from zbsolve.export.chrome_trace import trace_events
 from zbsolve.export.executor import (
     SCHEMA_PATH,
@@ -30,7 +31,7 @@ from zbsolve.schedule import Schedule, fuse_backward
 from zbsolve.simulate import ScheduleError, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
-DUALPIPEV_CSV = Path("/work/shared/reference/torch-artifacts/dualpipev_4rank_10mb.csv")
+DUALPIPEV_CSV = reference_path("torch-artifacts/dualpipev_4rank_10mb.csv")
 DUALPIPEV_INST = ROOT / "instances" / "torch-dualpipev-p4-m10.yaml"
 
 

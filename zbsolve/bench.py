@@ -16,8 +16,9 @@ work = one device's m·(F+I+W) (all devices equal in these settings). The rates 
 4 decimals, so "meets" allows the rounding (bubble + 0.00005), nothing more.
 
 Every case runs ``zbsolve.solver.solve`` hinted with the greedy heuristic (its time counts in the
-solve time); the figures are the simulator's. One command runs everything; results go to
-``results/bench/`` as CSV + markdown with the exact command line and the machine's load.
+solve time); the figures are the simulator's. One command runs everything; results go to the
+output folder (``zbsolve bench --out``) as CSV + markdown with the exact command line and the
+machine's load. The published tables and the instances come from the package (``zbsolve.data``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zbsolve.data import instances_dir, reference_dir
 from zbsolve.instance import Instance, load_instance
 
-REPO = Path(__file__).resolve().parents[1]
 ROUNDING = 0.00005  # half a unit of the 4th decimal of the published bubble rates
 FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large")
 SMALL_INSTANCES = (
@@ -67,10 +68,8 @@ class Case:
 
 
 def default_reference() -> Path:
-    for cand in (REPO.parent / "shared" / "reference", Path.cwd().parent / "shared" / "reference"):
-        if cand.is_dir():
-            return cand
-    return REPO.parent / "shared" / "reference"
+    """The published tables shipped with the package (zbsolve/data/reference/)."""
+    return reference_dir()
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -102,7 +101,7 @@ def iclr_cases(ref: Path, mult: int, time_limit: float) -> list[Case]:
     for r in _rows(ref / "zb_iclr_bubble_rates.csv"):
         p, m = int(r["p"]), int(r["m"])
         name = f"{r['model'].lower()}-p{p}-m{m}"
-        inst = _shipped(REPO / "instances" / "zb-iclr" / f"{name}.yaml", r, limit=float(mult * p))
+        inst = _shipped(instances_dir() / "zb-iclr" / f"{name}.yaml", r, limit=float(mult * p))
         col = f"ZB-{mult}p"
         out.append(Case(f"iclr-{mult}p/{name}", f"iclr-{mult}p", inst, "span", time_limit,
                         col, float(r[col]), f"span <= {col}"))
@@ -115,7 +114,7 @@ def zbv_cases(ref: Path, time_limit: float) -> list[Case]:
     for r in _rows(ref / "zbv_arxiv_bubble_rates.csv"):
         p, m = int(r["p"]), int(r["m"])
         name = f"{r['model'].lower()}-p{p}-m{m}"
-        inst = _shipped(REPO / "instances" / "zbv-arxiv" / f"zbv-{name}.yaml", r)
+        inst = _shipped(instances_dir() / "zbv-arxiv" / f"zbv-{name}.yaml", r)
         out.append(Case(f"zbv/{name}", "zbv", inst, "span", time_limit, "ZB-V",
                         float(r["ZB-V"]), "span <= ZB-V"))
     return out
@@ -129,7 +128,7 @@ def vshape_cases(ref: Path, time_limit: float) -> list[Case]:
         p, m = int(r["p"]), int(r["m"])
         for fam, col in (("vmin", "V-Min"), ("vhalf", "V-Half")):
             peak = float(r[f"{col}_peak_chunk_acts"])
-            inst = _shipped(REPO / "instances" / "vshape" / f"vshape-p{p}-m{m}.yaml", r,
+            inst = _shipped(instances_dir() / "vshape" / f"vshape-p{p}-m{m}.yaml", r,
                             limit=peak)
             out.append(Case(f"{fam}/p{p}-m{m}", fam, inst, "span", time_limit, col,
                             float(r[col]), f"span <= {col} at its peak {peak:g}"))
@@ -139,7 +138,7 @@ def vshape_cases(ref: Path, time_limit: float) -> list[Case]:
 def small_cases(time_limit: float) -> list[Case]:
     out = []
     for rel in SMALL_INSTANCES:
-        inst = load_instance(REPO / "instances" / rel)
+        inst = load_instance(instances_dir() / rel)
         out.append(Case(f"small/{inst.name}", "small", inst, "makespan", time_limit,
                         goal="optimal (gap <= 0.1%)"))
     return out

@@ -2,10 +2,16 @@
 
 Loading is strict because a silently repaired instance yields a schedule for a model the user
 does not have: every error names the field and says what is expected.
+
+Memory values are plain numbers in one unit. They may be written with units (``2GiB``, ``80GB``,
+``512MiB``; see ``zbsolve.units``): the instance then records its unit in ``memory.unit`` and
+converts every value into it, so the rest of zbsolve computes with numbers and the pictures can
+name the unit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -13,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from zbsolve.units import SizeError, check_unit, convert, parse_size
 
 PLACEMENTS = ("loop", "v")
 _TOP_KEYS = {
@@ -22,7 +30,8 @@ _TOP_KEYS = {
     "description", "source", "meta",
 }
 _TIME_KEYS = {"F", "I", "W"}
-_MEMORY_KEYS = {"activation", "weight", "limit", "params"}
+_MEMORY_KEYS = {"activation", "weight", "limit", "params", "unit"}
+_SIZED_KEYS = ("activation", "weight", "limit", "params")  # what may carry a unit
 _OVERLAP_KEYS = {"FB"}
 REPLICAS = (1, 2)
 
@@ -58,6 +67,7 @@ class Instance:
     params: tuple[float, ...] = ()  # per stage: weights resident on its device (default 0)
     sync: tuple[float, ...] = ()  # per stage: the replicas' gradient all-reduce (replicas = 2)
     overlap: tuple[tuple[int, int, float], ...] | float | None = None  # F&B factor (see graph)
+    memory_unit: str | None = None  # the unit of every memory figure (None: unnamed)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +172,25 @@ class Instance:
                 data[key] = value
         return Instance.from_dict(data)
 
+    def with_memory_margin(self, margin: float) -> Instance:
+        """A copy whose every memory limit keeps ``margin`` of it free: limit * (1 - margin).
+
+        For ``zbsolve solve --memory-margin``: headroom for what the instance does not model
+        (fragmentation, temporary buffers, communication buffers). The copy's ``meta`` records
+        the margin and the limits before it. Devices without a limit stay without one.
+        """
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) \
+                or not 0 <= margin < 1:
+            raise InstanceError(f"memory margin: expected a fraction in [0, 1), got {margin!r}")
+        if margin == 0:
+            return self
+        extra = dict(self.extra)
+        meta = dict(extra.get("meta") or {})
+        meta["memory_margin"] = {"fraction": float(margin), "limit_before": list(self.limit)}
+        extra["meta"] = meta
+        limit = tuple(None if x is None else x * (1.0 - margin) for x in self.limit)
+        return dataclasses.replace(self, limit=limit, extra=extra)
+
     # ------------------------------------------------------------------ io
     def to_dict(self) -> dict[str, Any]:
         S = self.model_stages
@@ -188,6 +217,7 @@ class Instance:
                 "activation": compact(self.activation),
                 "weight": compact(self.weight),
                 "limit": limit,
+                **({"unit": self.memory_unit} if self.memory_unit else {}),
             },
         }
         if any(self.params):
@@ -213,6 +243,17 @@ class Instance:
             else yaml.safe_dump(self.to_dict(), sort_keys=False)
         )
         path.write_text(text)
+
+
+def memory_unit_label(inst: Instance) -> str | None:
+    """The unit to label memory with in pictures and tables: ``memory.unit``, else the unit a
+    profiler recorded in ``meta.units.memory`` (its files hold plain numbers in MiB); None
+    when the instance does not say."""
+    if inst.memory_unit:
+        return inst.memory_unit
+    units = (inst.extra.get("meta") or {}).get("units") or {}
+    unit = units.get("memory") if isinstance(units, dict) else None
+    return unit if isinstance(unit, str) else None
 
 
 def load_instance(source: str | Path | dict[str, Any]) -> Instance:
@@ -350,8 +391,10 @@ def _parse(data: dict[str, Any]) -> Instance:
     unknown = set(memory) - _MEMORY_KEYS
     if unknown:
         raise InstanceError(
-            f"memory: unknown key(s) {sorted(unknown)}; expected activation, weight, limit, params"
+            f"memory: unknown key(s) {sorted(unknown)}; expected activation, weight, limit, params, "
+            "unit"
         )
+    memory_unit, memory = _memory_in_one_unit(memory)
     activation = _per(memory.get("activation", 1.0), S, "memory.activation", "logical stage")
     weight = _per(memory.get("weight", 0.0), S, "memory.weight", "logical stage", positive=False)
     for s, (a, w) in enumerate(zip(activation, weight)):
@@ -391,7 +434,8 @@ def _parse(data: dict[str, Any]) -> Instance:
         name=name, devices=p, microbatches=m, chunks=v, placement=placement,
         placement_kind=kind, F=rep(F), I=rep(I), W=rep(W), comm=float(comm),
         activation=rep(activation), weight=rep(weight), limit=limit, replicas=replicas,
-        params=rep(params), sync=rep(sync), overlap=overlap, extra=extra,
+        params=rep(params), sync=rep(sync), overlap=overlap, memory_unit=memory_unit,
+        extra=extra,
     )
 
 
@@ -425,3 +469,64 @@ def _overlap(raw: Any, stages: int) -> tuple[tuple[int, int, float], ...] | floa
                                 f"[0, {stages - 1}], got {a} and {b}")
         pairs.append((a, b, factor(x, f"overlap.FB[{i}][2]")))
     return tuple(pairs)
+
+
+def _memory_in_one_unit(memory: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The instance's memory unit, and ``memory`` with every size converted to it.
+
+    The unit is ``memory.unit`` when given (plain numbers are then in it), else the unit of the
+    first value written with one (activation, then weight, then limit, then params). Values in
+    other units
+    are converted (``limit: 80GB`` with ``activation: 1.5GiB`` gives a limit of 74.5 GiB). A
+    plain number next to sizes with units and no ``memory.unit`` is rejected: which unit it is
+    in cannot be known.
+    """
+    declared = memory.get("unit")
+    if declared is not None:
+        if not isinstance(declared, str):
+            raise InstanceError(f"memory.unit: expected a unit name such as GiB, got {declared!r}")
+        try:
+            check_unit(declared)
+        except SizeError as exc:
+            raise InstanceError(f"memory.unit: {exc}") from None
+    sized: dict[str, tuple[float, str]] = {}  # field name -> (number, unit)
+    plain: list[str] = []
+    for key in _SIZED_KEYS:
+        raw = memory.get(key)
+        items = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+        for i, item in enumerate(items):
+            name = f"memory.{key}" + (f"[{i}]" if isinstance(raw, (list, tuple)) else "")
+            if isinstance(item, str):
+                try:
+                    sized[name] = parse_size(item)
+                except SizeError as exc:
+                    raise InstanceError(f"{name}: {exc}") from None
+            elif item is not None:
+                plain.append(name)  # not a number at all: the per-stage parser says so
+    if not sized:
+        return declared, memory
+    first, (_, first_unit) = next(iter(sized.items()))
+    unit = declared or first_unit
+    if declared is None and plain:
+        raise InstanceError(
+            f"{plain[0]}: a plain number, but {first} is written with a unit; write the unit on "
+            f"every memory value or set memory.unit (e.g. unit: {first_unit}) to say what plain "
+            "numbers are in")
+    if "activation" not in memory:
+        raise InstanceError(
+            f"memory.activation: required when memory is written with units ({first} is); the "
+            "default of 1 has no unit")
+
+    def to_unit(raw: Any, key: str) -> Any:
+        if isinstance(raw, (list, tuple)):
+            return [to_unit_item(x, f"memory.{key}[{i}]") for i, x in enumerate(raw)]
+        return to_unit_item(raw, f"memory.{key}")
+
+    def to_unit_item(item: Any, name: str) -> Any:
+        if name not in sized:
+            return item
+        number, item_unit = sized[name]
+        return convert(number, item_unit, unit)
+
+    converted = {k: (to_unit(v, k) if k in _SIZED_KEYS else v) for k, v in memory.items()}
+    return unit, converted

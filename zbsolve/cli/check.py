@@ -1,14 +1,20 @@
-"""``zbsolve check INSTANCE SCHEDULE``: judge any schedule file (ours, executor table, torch CSV)."""
+"""``zbsolve check [INSTANCE] SCHEDULE``: judge any schedule file (ours, executor table, torch CSV).
+
+The instance may be left out for a schedule that carries its own (``zbsolve solve`` output,
+``zbsolve sweep`` schedule files, executor tables).
+"""
 
 from __future__ import annotations
 
-from zbsolve.cli.common import add_json, fmt_list, instance_arg, load, print_json
+from zbsolve.cli.common import add_json, fmt_list, given_instance, instance_for, print_json, schedule_args
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("check", help="validate a schedule file and print its figures")
-    instance_arg(parser)
-    parser.add_argument("schedule", help="schedule JSON, executor table JSON or torch pipelining CSV")
+    parser = sub.add_parser("check", help="validate a schedule file and print its figures",
+                            description="Validate a schedule with the simulator (order, "
+                            "dependencies, memory) and print its figures; exit code 1 when it "
+                            "exceeds the memory limit.")
+    schedule_args(parser, "schedule JSON, executor table JSON or torch pipelining CSV")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -17,17 +23,19 @@ def handle(args) -> int:
     from zbsolve.export.files import load_schedule
     from zbsolve.simulate import simulate
 
-    inst = load(args.instance)
     sched = load_schedule(args.schedule)
+    inst = instance_for(given_instance(args), sched)
     result = simulate(inst, sched)
-    summary = {"name": sched.name, "valid": True, **result.summary(), "violations": result.violations}
+    summary = {"name": sched.name, "instance": inst.name, "valid": True, **result.summary(),
+               "memory_unit": inst.memory_unit, "violations": result.violations}
     if args.json:
         print_json(summary)
     else:
+        unit = f" {inst.memory_unit}" if inst.memory_unit else ""
         print(f"{sched.name} on {inst.name}: valid order; makespan {result.makespan:.4f}, "
               f"span {result.max_span:.4f}, bubble {result.bubble_makespan:.4f} (makespan) / "
               f"{result.bubble_span:.4f} (span)")
-        print(f"peak memory {fmt_list(result.peak_memory)} vs limit {fmt_list(result.limit)}")
+        print(f"peak memory {fmt_list(result.peak_memory)} vs limit {fmt_list(result.limit)}{unit}")
         for line in result.violations:
             print(f"MEMORY: {line}")
     return 0 if result.feasible else 1

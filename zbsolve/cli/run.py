@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from zbsolve.cli.common import add_json, print_json
+from zbsolve.cli.common import add_json, print_json, report_error
 
 EXIT_MISMATCH = 1
 EXIT_RANK_FAILED = 3
@@ -22,8 +22,10 @@ def register(sub) -> None:
     parser.add_argument("--model", default="gpt-tiny",
                         help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default gpt-tiny)")
     for name in ("layers", "hidden", "heads", "seq", "vocab"):
-        parser.add_argument(f"--{name}", type=int, help=f"override the preset's {name}")
-    parser.add_argument("--microbatch-size", type=int, help="sequences per microbatch")
+        parser.add_argument(f"--{name}", type=int,
+                            help=f"override the preset's {name} (default: the preset's)")
+    parser.add_argument("--microbatch-size", type=int,
+                        help="sequences per microbatch (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
     parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
@@ -41,7 +43,7 @@ def register(sub) -> None:
     parser.add_argument("--rtol", type=float, default=1e-5,
                         help="relative tolerance of the gradient check (default 1e-5)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per rank")
-    parser.add_argument("--trace", help="write the measured vs predicted Perfetto trace here")
+    parser.add_argument("--trace", help="write the measured vs predicted Perfetto trace here (default: none)")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -114,11 +116,13 @@ def handle(args) -> int:
         try:
             reports = run_jobs([job], world, opts)
         except RankFailed as exc:
-            print(f"zbsolve run: error: {exc}", file=sys.stderr)
+            report_error(args, str(exc))
             return EXIT_RANK_FAILED
     if not reports:  # a non-zero rank under torchrun: rank 0 reports
         return 0
-    report = reports[0]
+    report = mark_unmeasured(reports[0])
+    if args.trace:
+        report["trace"] = args.trace  # as given: the ranks were handed the absolute path
     report["note"] = note
     report["model_preset"] = args.model
     verdict = verdict_line(report)
@@ -129,6 +133,18 @@ def handle(args) -> int:
         print_report(report)
         print(verdict)
     return 0 if report["ok"] else EXIT_MISMATCH
+
+
+def mark_unmeasured(report: dict) -> dict:
+    """torch's runtime does not count activation memory (our engine's tracker does not run
+    inside it): its per-rank figures are unknown, not 0. They become None in the report and
+    print as "not measured"."""
+    if report.get("engine") == "torch":
+        report["peak_activation_bytes"] = [None] * len(report["peak_activation_bytes"])
+        report["memory_measured"] = False
+    else:
+        report["memory_measured"] = True
+    return report
 
 
 def verdict_line(report: dict) -> str:
@@ -171,11 +187,16 @@ def print_report(r: dict) -> None:
         print("measured/predicted, calibrated: " + "  ".join(
             f"{k} {v:.3g}" for k, v in t["ratio_calibrated"].items()))
         print(f"time waiting for received payloads (all ranks): {t['wait_ms_total']:.3f} ms")
-    peaks = ", ".join(f"{b / 2**20:.3f}" for b in r["peak_activation_bytes"])
-    print(f"peak tracked activation memory per rank (MiB): {peaks}; predicted peaks "
-          f"{r['predicted'].get('peak_memory')} (instance units)")
+    predicted = f"predicted peaks {r['predicted'].get('peak_memory')} (instance units)"
+    if any(b is None for b in r["peak_activation_bytes"]):
+        print(f"peak tracked activation memory per rank: not measured (engine {r['engine']} "
+              f"does not track it); {predicted}")
+    else:
+        peaks = ", ".join(f"{b / 2**20:.3f}" for b in r["peak_activation_bytes"])
+        print(f"peak tracked activation memory per rank (MiB): {peaks}; {predicted}")
     if any(x is not None for x in r["cuda_max_memory_allocated"]):
-        cuda = ", ".join(f"{(x or 0) / 2**20:.1f}" for x in r["cuda_max_memory_allocated"])
+        cuda = ", ".join("not measured" if x is None else f"{x / 2**20:.1f}"
+                         for x in r["cuda_max_memory_allocated"])
         print(f"torch.cuda.max_memory_allocated per rank (MiB): {cuda}")
     if r.get("trace"):
         print(f"trace: {r['trace']} (open in https://ui.perfetto.dev)")

@@ -1,19 +1,24 @@
-"""``zbsolve show INSTANCE SCHEDULE -o timeline.png``: Gantt chart with memory curves."""
+"""``zbsolve show [INSTANCE] SCHEDULE -o timeline.png``: Gantt chart with memory curves.
+
+The instance may be left out for a schedule that carries its own (``zbsolve solve`` output,
+``zbsolve sweep`` schedule files, executor tables).
+"""
 
 from __future__ import annotations
 
-from zbsolve.cli.common import instance_arg, load
+from zbsolve.cli.common import add_json, given_instance, instance_for, print_json, schedule_args
 
 
 def register(sub) -> None:
     parser = sub.add_parser(
         "show", help="draw a schedule's timeline (Gantt + memory per device) to a PNG")
-    instance_arg(parser)
-    parser.add_argument(
-        "schedule", help="schedule JSON, executor table JSON (sends/receives marked) or torch CSV")
+    schedule_args(
+        parser, "schedule JSON, executor table JSON (sends/receives marked) or torch CSV")
     parser.add_argument("-o", "--output", default="timeline.png", help="PNG path to write")
     parser.add_argument("--svg", action="store_true", help="also write an SVG with the same stem")
-    parser.add_argument("--title", default=None, help="first title line (default: names)")
+    parser.add_argument("--title", default=None,
+                        help="first title line (default: schedule and instance names)")
+    add_json(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -24,21 +29,29 @@ def handle(args) -> int:
     from zbsolve.export.files import load_schedule
     from zbsolve.plot import save_timeline
 
-    inst = load(args.instance)
     table = None
     path = Path(args.schedule)
     if path.suffix.lower() == ".json":
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from None
         if isinstance(data, dict) and data.get("format") == "zbsolve-executor":
             from zbsolve.export.executor import ExecutorTable
 
             table = ExecutorTable.from_dict(data)
     sched = load_schedule(path)
+    inst = instance_for(given_instance(args), sched)
     if table is not None:
         _check_table_instance(table, inst)
-    for written in save_timeline(inst, sched, args.output, table=table, title=args.title,
-                                 svg=args.svg):
-        print(f"wrote {written}")
+    written = save_timeline(inst, sched, args.output, table=table, title=args.title,
+                            svg=args.svg)
+    if args.json:
+        print_json({"schedule": sched.name, "instance": inst.name,
+                    "written": [str(p) for p in written]})
+        return 0
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 

@@ -12,24 +12,42 @@ from zbsolve.cli.common import (
     fmt_list,
     instance_arg,
     load,
+    margin_fraction,
+    non_negative_float,
+    positive_float,
+    positive_int,
     print_json,
     print_schedule_table,
 )
+from zbsolve.files import write_text_atomic
+from zbsolve.instance import memory_unit_label
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("solve", help="optimize a schedule with CP-SAT and compare")
+    parser = sub.add_parser("solve", help="optimize a schedule with CP-SAT and compare",
+                            description="Optimize a schedule with CP-SAT and compare it with "
+                            "every hand-made schedule, all judged by the simulator.")
     instance_arg(parser)
-    parser.add_argument("-o", "--output", help="where to write the schedule JSON")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds, wall (60)")
-    parser.add_argument("--gap", type=float, default=0.0, help="stop at this relative gap (0)")
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (2)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (0)")
+    parser.add_argument("-o", "--output",
+                        help="where to write the schedule JSON (default: not written)")
+    parser.add_argument("--time-limit", type=positive_float, default=60.0, metavar="SECONDS",
+                        help="wall-clock limit of the search")
+    parser.add_argument("--gap", type=non_negative_float, default=0.0,
+                        help="stop at this relative gap to the lower bound (default: 0, prove optimal)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="CP-SAT workers")
+    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                         help="makespan, or span = longest per-device span (the ZB papers')")
-    parser.add_argument("--method", choices=("auto", "exact", "large"), default="auto")
+    parser.add_argument("--method", choices=("auto", "exact", "large"), default="auto",
+                        help="exact: one CP-SAT model; large: window search for big instances "
+                             "(docs/scale.md); auto: by size")
     parser.add_argument("--memory-model", choices=("cumulative", "reservoir"),
-                        default="cumulative")
+                        default="cumulative",
+                        help="how CP-SAT states the memory limit (same schedules; docs/solver.md)")
+    parser.add_argument("--memory-margin", type=margin_fraction, default=0.0,
+                        metavar="FRACTION",
+                        help="keep this share of every device's memory limit free: solve with "
+                             "limit * (1 - FRACTION) (default: 0)")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="do not impose microbatch order per (kind, stage)")
     parser.add_argument("--progress", action="store_true",
@@ -50,10 +68,13 @@ def comparison(result) -> list[dict]:
 
 
 def handle(args) -> int:
+    import json
+
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
 
-    inst = load(args.instance)
+    given = load(args.instance)
+    inst = given.with_memory_margin(args.memory_margin) if args.memory_margin else given
     options = SolveOptions(
         time_limit=args.time_limit, gap=args.gap, workers=args.workers, seed=args.seed,
         objective=args.objective, method=args.method, progress=args.progress,
@@ -61,12 +82,12 @@ def handle(args) -> int:
     )
     result = solve(inst, options)
     sched = result.schedule
+    margin = margin_meta(given, inst, args.memory_margin)
+    if margin:
+        sched.meta["memory_margin"] = margin
     if args.output:
         validate(inst, sched)  # the simulator re-checks what is written
-        from pathlib import Path
-
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        sched.dump(args.output)
+        write_text_atomic(args.output, json.dumps(sched.to_dict(), indent=1))
     table = comparison(result)
     meta = sched.meta
     if args.json:
@@ -76,22 +97,34 @@ def handle(args) -> int:
                     "cpsat_bound": result.cpsat_bound, "gap": result.gap,
                     "solve_time": result.solve_time, "baseline": result.baseline,
                     "baseline_value": result.baseline_value, "source": meta["source"],
+                    "memory_unit": inst.memory_unit, "memory_margin": margin or None,
                     "schedules": table})
         return 0
-    _print_table(inst, result, table, args.output)
+    _print_table(inst, result, table, args.output, margin)
     return 0
 
 
-def _print_table(inst, result, table: list[dict], output: str | None) -> None:
+def margin_meta(given, solved, margin: float) -> dict:
+    """What ``--memory-margin`` did, for the schedule's meta and the JSON answer ({} if 0)."""
+    if not margin:
+        return {}
+    return {"fraction": margin, "limit_given": list(given.limit),
+            "limit_solved": list(solved.limit)}
+
+
+def _print_table(inst, result, table: list[dict], output: str | None, margin: dict) -> None:
     obj = result.schedule.meta["objective"]
+    unit = f" {memory_unit_label(inst)}" if memory_unit_label(inst) else ""
+    kept = (f" (memory margin {margin['fraction']:g}: given {fmt_list(margin['limit_given'])})"
+            if margin else "")
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
-          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}")
+          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}")
     base = (f"{result.baseline} {result.baseline_value:.6g}" if result.baseline
             else "none fits the memory limit")
     print(f"status {result.status}: {obj} {result.objective_value:.6g}, lower bound "
           f"{result.lower_bound:.6g} (analytic {result.analytic_bound:.6g}, cp-sat "
           f"{'-' if result.cpsat_bound is None else f'{result.cpsat_bound:.6g}'}), gap "
           f"{100 * result.gap:.3f}%, {result.solve_time:.2f}s; best hand-made: {base}")
-    print_schedule_table(table)
+    print_schedule_table(table, memory_unit_label(inst))
     if output:
         print(f"schedule written to {output}")

@@ -9,7 +9,7 @@ import sys
 from zbsolve.cli.common import add_json, instance_arg, load, print_json
 
 _SHOWN = ["layout", "limit", "schedule", "status", "makespan", "span", "bubble_makespan",
-          "bubble_span", "peak", "peak_fraction", "gap"]
+          "bubble_span", "peak", "peak_fraction", "gap", "schedule_file"]
 
 
 def register(sub) -> None:
@@ -30,20 +30,25 @@ def register(sub) -> None:
     parser.add_argument("--placements", help="comma list of loop and/or v (default: the "
                         "instance's; one chunk has one layout)")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per case")
-    parser.add_argument("--gap", type=float, default=0.0, help="relative gap to stop at")
+    parser.add_argument("--gap", type=float, default=0.0,
+                        help="relative gap to stop at (default: 0, prove optimal)")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT threads per case")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--objective", choices=("makespan", "span"), default="makespan")
+    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default: 0)")
+    parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",
+                        help="makespan, or span = longest per-device span (the ZB papers')")
     parser.add_argument("--method", default="auto", help="solver method (see zbsolve solve)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="cases solved at once in separate processes (jobs x workers "
                         "should not exceed the CPUs)")
-    parser.add_argument("-o", "--out", required=True, help="output folder (cache under OUT/cache)")
+    parser.add_argument("-o", "--out", required=True,
+                        help="output folder (required; cache under OUT/cache, one schedule file "
+                        "per point under OUT/schedules)")
     parser.add_argument("--target-bubble", type=float,
-                        help="print the smallest memory whose bubble is at most this (0..1)")
+                        help="print the smallest memory whose bubble is at most this (0..1; default: "
+                        "not asked)")
     parser.add_argument("--memory", type=float,
                         help="print the best bubble within this memory (a 1F1B fraction, or "
-                        "absolute with --absolute)")
+                        "absolute with --absolute; default: not asked)")
     parser.add_argument("--no-plot", action="store_true", help="skip pareto.png/.svg")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_json(parser)

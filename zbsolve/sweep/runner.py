@@ -16,6 +16,7 @@ its per-limit results are monotone; with more jobs a case gets what has finished
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import os
@@ -28,7 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from zbsolve.instance import Instance, InstanceError
+from zbsolve.files import write_text_atomic
+from zbsolve.instance import Instance, InstanceError, memory_unit_label
 from zbsolve.numeric import fits
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import validate
@@ -43,9 +45,11 @@ SOLVER_CALLS = 0
 COLUMNS = [
     "layout", "chunks", "placement", "limit_fraction", "limit", "schedule", "source", "status",
     "makespan", "span", "bubble_makespan", "bubble_span", "peak", "peak_fraction", "gap",
-    "lower_bound", "solve_time", "hint", "min_limit", "cached", "note", "on_layout_front",
-    "on_front",
+    "lower_bound", "solve_time", "hint", "min_limit", "cached", "note", "schedule_file",
+    "on_layout_front", "on_front",
 ]
+SCHEDULES = "schedules"
+"""Sub-folder of the output with one schedule file per point (``schedule_file`` column)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ class SweepResult:
     stats: dict[str, int]
     files: dict[str, str]
     interrupted: bool = False
+    memory_unit: str | None = None  # of peak and limit columns (None: the instance names none)
 
     @property
     def front(self) -> pd.DataFrame:
@@ -232,7 +237,12 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
                    len(cases) - len(todo))
     except KeyboardInterrupt:
         interrupted = True
-    table = _table(inst, cases, rows, ref, config.params.objective)
+    baselines: dict[Layout, list] = {}
+    for case in cases:  # hand-made schedules do not depend on the limit: once per layout
+        if case.layout not in baselines:
+            baselines[case.layout] = evaluate_baselines(relayout(inst, case.layout))
+    table = _table(cases, rows, baselines, ref, config.params.objective)
+    table["schedule_file"] = _write_schedules(inst, cases, table, baselines, cache_dir, out_dir)
     stats = {
         "cases": len(cases),
         "solved": sum(1 for k in todo if k in rows),
@@ -244,7 +254,7 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
     result = SweepResult(
         table=table, objective=config.params.objective, reference_peak=ref,
         total_work=inst.total_work, devices=inst.devices, instance=inst.name, stats=stats,
-        files={}, interrupted=interrupted,
+        files={}, interrupted=interrupted, memory_unit=memory_unit_label(inst),
     )
     _write(result, out_dir, config.plot)
     return result
@@ -355,19 +365,16 @@ def evaluate_baselines(inst: Instance) -> list:
     return [r for r in evaluate_all(inst) if r.applicable]
 
 
-def _table(inst: Instance, cases: list[Case], rows: dict[str, dict[str, Any]],
+def _table(cases: list[Case], rows: dict[str, dict[str, Any]], baselines: dict[Layout, list],
            ref: float | None, objective: str) -> pd.DataFrame:
     records: list[dict[str, Any]] = []
-    baselines: dict[Layout, list] = {}
     for case in cases:
         if case.key not in rows:
             continue  # interrupted before this case finished
         records.append(dict(rows[case.key]))
-        if case.layout not in baselines:
-            baselines[case.layout] = evaluate_baselines(relayout(inst, case.layout))
         records.extend(_baseline_rows(case, baselines[case.layout]))
     table = pd.DataFrame.from_records(records, columns=[c for c in COLUMNS if c not in (
-        "peak_fraction", "on_layout_front", "on_front")])
+        "peak_fraction", "schedule_file", "on_layout_front", "on_front")])
     table["peak_fraction"] = table["peak"] / ref if ref else math.nan
     step, _ = metric_columns(objective)
     table["on_front"] = pareto_flags(table["peak"].tolist(), table[step].tolist())
@@ -376,7 +383,53 @@ def _table(inst: Instance, cases: list[Case], rows: dict[str, dict[str, Any]],
         flags = pareto_flags(group["peak"].tolist(), group[step].tolist())
         table.loc[group.index, "on_layout_front"] = flags
     table["cached"] = table["cached"].astype(bool)
-    return table[COLUMNS]
+    return table[[c for c in COLUMNS if c != "schedule_file"]]
+
+
+def _write_schedules(inst: Instance, cases: list[Case], table: pd.DataFrame,
+                     baselines: dict[Layout, list], cache_dir: Path, out_dir: Path
+                     ) -> list[str | None]:
+    """One schedule file per point of the table, so every row can be checked, drawn or
+    exported (``zbsolve check``, ``show``, ``export`` take it without an instance: each file
+    carries the instance it was judged on: the case's, with its limit, for the solver's; the
+    layout's without a limit for a hand-made one, which is listed under every limit it fits).
+    Returns the ``schedule_file`` column: paths relative to ``out_dir``, None for a case with
+    no schedule (infeasible, error)."""
+    by_point = {(c.layout.label, c.limit): c for c in cases}
+    written: dict[Path, None] = {}
+    column: list[str | None] = []
+    for _, row in table.iterrows():
+        case = by_point.get((row["layout"], row["limit"]))
+        sched = None if case is None else _point_schedule(inst, case, row, baselines, cache_dir)
+        if sched is None:
+            column.append(None)
+            continue
+        rel = Path(SCHEDULES) / case.layout.label / (
+            f"solver-limit-{case.limit:.10g}.json" if row["source"] == "solver"
+            else f"{row['schedule']}.json")
+        if rel not in written:
+            write_text_atomic(out_dir / rel, json.dumps(sched.to_dict(), indent=1))
+            written[rel] = None
+        column.append(str(rel))
+    return column
+
+
+def _point_schedule(inst: Instance, case: Case, row: pd.Series, baselines: dict[Layout, list],
+                    cache_dir: Path) -> Schedule | None:
+    """The schedule behind one row, carrying its instance (None when the row has none)."""
+    if row["source"] == "solver":
+        hit = cache.read(cache_dir, case.key)
+        if not hit or not hit.get("schedule"):
+            return None
+        sched = Schedule.from_dict(hit["schedule"])
+        sched.meta = {**sched.meta, "instance": case.inst.to_dict()}
+        return sched
+    found = next((b for b in baselines[case.layout] if b.name == row["schedule"]), None)
+    if found is None:
+        return None
+    free = relayout(inst, case.layout).with_(limit=None)
+    return Schedule(found.schedule.orders, name=found.name, starts=found.schedule.starts,
+                    meta={**found.schedule.meta, "instance": free.to_dict()})
 
 
 def _write(result: SweepResult, out_dir: Path, plot: bool) -> None:
