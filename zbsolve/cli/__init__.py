@@ -12,7 +12,7 @@ import importlib
 import sys
 
 COMMANDS = ("baselines", "solve", "check", "show", "export", "run", "profile", "loop", "sweep",
-            "bench")
+            "bench", "plan")
 
 
 def build_parser() -> argparse.ArgumentParser:

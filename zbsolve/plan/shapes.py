@@ -154,3 +154,32 @@ def _hf_moe(cfg: dict[str, Any], path: Path, need) -> MoE | None:
         return MoE(need("num_experts"), need("num_experts_per_tok"),
                    need("moe_intermediate_size"), shared_ffn=int(shared))
     return None
+
+
+SIZE_FLAGS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads")
+
+
+def shape_from_flags(hf: str | None, hf_config: str | None, sizes: dict[str, int | None],
+                     moe: dict[str, int | None] | None = None) -> ModelShape:
+    """``zbsolve plan``'s model flags: a family and sizes, or a config.json (sizes given too
+    override it); missing sizes are named in the error."""
+    moe = {k: v for k, v in (moe or {}).items() if v is not None}
+    routed = None
+    if moe:
+        missing = [k for k in ("experts", "top_k", "expert_ffn") if k not in moe]
+        if missing:
+            raise ShapeError(f"--{missing[0].replace('_', '-')}: an MoE model needs --experts, "
+                             "--top-k and --expert-ffn")
+        routed = MoE(moe["experts"], moe["top_k"], moe["expert_ffn"], moe.get("shared_ffn", 0))
+    given = {k: v for k, v in sizes.items() if v is not None}
+    if hf_config:
+        shape = from_hf_config(hf_config, seq=given.pop("seq", None))
+        if routed is not None:
+            given["moe"] = routed
+        return shape.with_(**given) if given else shape
+    if not hf:
+        raise ShapeError("--hf or --hf-config: say which model to plan for")
+    missing = [k for k in ("layers", "hidden", "heads", "seq", "vocab") if k not in given]
+    if missing:
+        raise ShapeError(f"--{missing[0]}: required with --hf {hf} (or give --hf-config)")
+    return family(hf, moe=routed, **given)

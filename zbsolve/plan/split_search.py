@@ -80,6 +80,12 @@ class SplitProblem:
                 acc.append(run)
             prefix[key] = acc
         prefix["work"] = [f + i + w for f, i, w in zip(prefix["F"], prefix["I"], prefix["W"])]
+        for key in ("F", "I", "W"):  # layers with a positive time (a stage needs one of each)
+            acc, run = [0], 0
+            for layer in self.profile.layers:
+                run += getattr(layer, key) > 0
+                acc.append(run)
+            prefix[f"n{key}"] = acc
         hops = [0]
         for s in range(1, S):
             hops.append(hops[-1] + (devs[s] != devs[s - 1]))
@@ -144,10 +150,16 @@ class SplitProblem:
             need[self.stage_device[s]] += self._sum("activation", lo, hi)
         return all(n <= lim * (1 + 1e-12) for n, lim in zip(need, limits))
 
+    def has_work(self, lo: int, hi: int) -> bool:
+        """Whether layers lo..hi-1 make a stage: positive F, I and W (an instance needs them;
+        the embedding alone has no input gradient)."""
+        return all(self._sum(f"n{k}", lo, hi) > 0 for k in ("F", "I", "W"))
+
     def bound(self, split: Split) -> float:
         """The largest of the device, device-without-W and chain bounds (inf if memory
-        cannot fit); see the module docstring."""
-        if not self.memory_fits(split):
+        cannot fit or a stage has no F, I or W); see the module docstring."""
+        if not self.memory_fits(split) or \
+                not all(self.has_work(lo, hi) for lo, hi in self.bounds_of(split)):
             return math.inf
         m, c, pre = self.microbatches, self.comm, self._prefix
         spans = self.bounds_of(split)
@@ -203,8 +215,10 @@ def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int
     model = cp_model.CpModel()
     cut = [model.new_constant(0)] + [model.new_int_var(1, n - 1, f"x{s}") for s in range(1, S)] \
         + [model.new_constant(n)]
-    for s in range(S):
-        model.add(cut[s + 1] >= cut[s] + 1)
+    for key in ("nF", "nI", "nW"):  # every stage holds a layer with a positive F, I and W
+        count = [_element(model, cut[s], pre[key], f"{key}{s}") for s in range(S + 1)]
+        for s in range(S):
+            model.add(count[s + 1] >= count[s] + 1)
     top = max(ints["F"][-1] + ints["I"][-1], m * ints["work"][-1]) * 2 + 2 * S * comm + 1
 
     def at(key: str, s: int):
@@ -242,6 +256,13 @@ def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int
     bounds = [solver.value(c) for c in cut]
     split = tuple(b - a for a, b in zip(bounds, bounds[1:]))
     return lower, split
+
+
+def _element(model, index, values: list[int], name: str):
+    """An integer variable equal to ``values[index]``."""
+    var = model.new_int_var(0, max(values), name)
+    model.add_element(index, values, var)
+    return var
 
 
 def _memory_constraints(model, prob: SplitProblem, cut: list) -> None:
@@ -329,6 +350,8 @@ class _Enumeration:
         fits = []
         for k in range(lo_k, last - unit + 1):
             hi = unit + k
+            if not prob.has_work(unit, hi):
+                continue  # a bigger block may still take in a layer with the missing time
             work = pre["work"][hi] - pre["work"][unit]
             if self.head[d] + m * (self.load[d] + work) > self.cutoff:
                 break  # larger k only adds work
