@@ -90,8 +90,25 @@ def test_ray_matches_local_and_a_killed_worker_costs_only_its_case(monkeypatch):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         res = run(_tasks(), jobs=2, backend="ray")
+        planned = _tiny_plan("ray")
     finally:
         ray.shutdown()
     local = run(_tasks(), jobs=2, backend="local")
     assert [(o.key, o.status, o.value) for o in res.outcomes] == \
         [(o.key, o.status, o.value) for o in local.outcomes]
+    inline = _tiny_plan("inline")
+    assert planned.fanout["backend"] == "ray"
+    assert planned.best[1].split == inline.best[1].split
+    assert planned.best[1].step_ms == pytest.approx(inline.best[1].step_ms)
+    assert {k for k, _ in planned.results} == {k for k, _ in inline.results}
+
+
+def _tiny_plan(backend: str):
+    from zbsolve.plan.accelerators import accelerator
+    from zbsolve.plan.planner import ChunkLayout, PlanConfig, plan
+    from zbsolve.plan.shapes import family
+
+    shape = family("llama", layers=6, hidden=256, heads=4, seq=128, vocab=16000)
+    return plan(PlanConfig(accelerator("h100"), 2, 8, model=shape, microbatch_size=1,
+                           layouts=[ChunkLayout(1)], time_limit=60, candidates=2, jobs=2,
+                           backend=backend))

@@ -65,7 +65,7 @@ def schedule_rows(case: PlanCase, res: SplitResult) -> list[dict[str, Any]]:
 def _row(case: PlanCase, res: SplitResult, name: str, fig: dict[str, Any]) -> dict[str, Any]:
     peak = res.peak_gb(fig["peak_memory"])
     return {"schedule": name, "applies": True, "step_time_ms": fig["makespan"],
-            "bubble": fig["bubble_makespan"], "peak_gb": max(peak), "peak_gb_per_device": peak,
+            "bubble": fig["bubble_makespan"], "peak_gb": peak, "peak_gb_max": max(peak),
             "fits_memory": bool(fig["feasible"]),
             "tokens_per_s": _tokens_per_s(case, fig["makespan"])}
 
@@ -86,7 +86,8 @@ def rule_rows(result: PlanResult, case: PlanCase, best: SplitResult) -> dict[str
                                  "blocks_per_stage": blocks_per_stage(case, split),
                                  "status": res.status, "step_time_ms": res.step_ms}
         if res.found:
-            entry.update(peak_gb=max(res.peak_gb()), tokens_per_s=_tokens_per_s(case, res.step_ms),
+            entry.update(peak_gb=res.peak_gb(), peak_gb_max=max(res.peak_gb()),
+                         tokens_per_s=_tokens_per_s(case, res.step_ms),
                          gain=(res.step_ms - best.step_ms) / res.step_ms,
                          schedule=res.schedule_name)
         out[name] = entry
@@ -143,6 +144,7 @@ def plan_dict(result: PlanResult, files: dict[str, str] | None = None) -> dict[s
         "split": list(res.split), "blocks_per_stage": blocks_per_stage(case, res.split),
         "schedule": res.schedule_name, "status": res.status, "step_time_ms": res.step_ms,
         "bubble": res.figures["bubble_makespan"], "peak_gb": res.peak_gb(),
+        "peak_gb_max": max(res.peak_gb()),
         "static_gb": [x * GIB / 1e9 for x in res.static_gib],
         "tokens_per_s": _tokens_per_s(case, res.step_ms), "comm_ms": case.problem.comm,
         "lower_bound_ms": lower, "gap": (res.step_ms - lower) / res.step_ms,
@@ -237,7 +239,7 @@ def format_text(data: dict[str, Any]) -> str:
             continue
         tps = f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] else "-"
         lines.append(f"{row['schedule']:<22}{row['step_time_ms']:>10.1f}"
-                     f"{100 * row['bubble']:>10.2f}{row['peak_gb']:>9.1f}{tps:>12}  "
+                     f"{100 * row['bubble']:>10.2f}{row['peak_gb_max']:>9.1f}{tps:>12}  "
                      f"{'yes' if row['fits_memory'] else 'NO'}")
     skipped = [r["schedule"] for r in data["table"] if not r["applies"]]
     if skipped:
@@ -251,6 +253,6 @@ def format_text(data: dict[str, Any]) -> str:
             lines.append(f"  {name}: {rule['split']} not evaluated or infeasible")
         else:
             lines.append(f"  {name}: blocks {rule['blocks_per_stage']}: "
-                         f"{rule['step_time_ms']:.1f} ms, peak {rule['peak_gb']:.1f} GB; "
+                         f"{rule['step_time_ms']:.1f} ms, peak {rule['peak_gb_max']:.1f} GB; "
                          f"the plan is {100 * rule['gain']:.1f} % faster")
     return "\n".join(lines)

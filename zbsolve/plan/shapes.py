@@ -128,15 +128,15 @@ def from_hf_config(path: str | Path, *, seq: int | None = None) -> ModelShape:
                 return cfg[key]
         raise ShapeError(f"{path}: {keys[0]}: missing or not an integer (model_type {kind!r})")
 
+    known = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe")
+    if kind not in known:
+        raise ShapeError(f"{path}: model_type: unsupported {kind!r}; known: {', '.join(known)}")
     seq = seq or need("max_position_embeddings", "n_positions", "seq_length")
     if kind == "gpt2":
         hidden = need("n_embd")
         return family("gpt", layers=need("n_layer"), hidden=hidden, heads=need("n_head"), seq=seq,
                       vocab=need("vocab_size"), ffn=cfg.get("n_inner") or 4 * hidden,
                       label=f"gpt2-{path.parent.name or 'config'}")
-    if kind not in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"):
-        raise ShapeError(f"{path}: model_type: unsupported {kind!r}; known: llama, mistral, "
-                         "qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt2")
     heads = need("num_attention_heads")
     moe = _hf_moe(cfg, path, need)
     return ModelShape(
