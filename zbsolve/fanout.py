@@ -147,25 +147,68 @@ class _Run:
         return FanoutResult(outcomes, interrupted, backend)
 
 
+class Executor:
+    """Workers kept across several runs: a plan's phases share one set of worker processes
+    (or one Ray connection) instead of starting them per phase. Use as a context manager;
+    ``close`` stops the workers (and shuts down a Ray started here)."""
+
+    def __init__(self, jobs: int = 1, backend: str = "local", address: str | None = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"--jobs: expected an integer >= 1, got {jobs!r}")
+        self.jobs, self.backend, self.address = jobs, backend, address
+        self.workers: list[_Worker] = []
+        self.ray: Any = None
+        self.ray_started_here = False
+        self.remote: Any = None
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def start(self, preload: tuple[str, ...] = (), timeout: float = 120.0) -> None:
+        """Start every local worker now and have it import ``preload`` first, so that the
+        first tasks' time limits are not spent on interpreter start-up and imports."""
+        if self.backend != "local":
+            return
+        ctx = multiprocessing.get_context("spawn")
+        while len(self.workers) < self.jobs:
+            self.workers.append(_Worker(ctx, tuple(preload)))
+        for w in self.workers:
+            w.wait_ready(timeout)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.workers.clear()
+        if self.ray is not None and self.ray_started_here:
+            self.ray.shutdown()
+        self.ray = None
+
+    def run(self, tasks: Iterable[Task], *, deadline: float | None = None, grace: float = 5.0,
+            prepare: Callable[[Task], Task | None] | None = None,
+            on_outcome: Callable[[Outcome], None] | None = None, progress: bool = False,
+            desc: str = "cases") -> FanoutResult:
+        """Run every task; see the module docstring. Ctrl-C returns the finished outcomes
+        with ``interrupted=True`` after the running cases are stopped."""
+        state = _Run(list(tasks), deadline, grace, prepare, on_outcome, progress, desc)
+        runner = {"inline": _run_inline, "local": _run_local, "ray": _run_ray}[self.backend]
+        interrupted = False
+        try:
+            runner(state, self)
+        except KeyboardInterrupt:
+            interrupted = True
+        return state.result(interrupted, self.backend)
+
+
 def run(tasks: Iterable[Task], *, jobs: int = 1, backend: str = "local",
-        address: str | None = None, deadline: float | None = None, grace: float = 5.0,
-        prepare: Callable[[Task], Task | None] | None = None,
-        on_outcome: Callable[[Outcome], None] | None = None, progress: bool = False,
-        desc: str = "cases") -> FanoutResult:
-    """Run every task; see the module docstring. Ctrl-C returns the finished outcomes with
-    ``interrupted=True`` after the workers are stopped."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"--jobs: expected an integer >= 1, got {jobs!r}")
-    state = _Run(list(tasks), deadline, grace, prepare, on_outcome, progress, desc)
-    runner = {"inline": _run_inline, "local": _run_local, "ray": _run_ray}[backend]
-    interrupted = False
-    try:
-        runner(state, jobs, address)
-    except KeyboardInterrupt:
-        interrupted = True
-    return state.result(interrupted, backend)
+        address: str | None = None, **kwargs: Any) -> FanoutResult:
+    """One run on workers started for it and stopped after (``Executor.run``'s keywords)."""
+    with Executor(jobs, backend, address) as executor:
+        return executor.run(tasks, **kwargs)
 
 
 # ---------------------------------------------------------------------------- inline
@@ -181,15 +224,21 @@ def _call(task: Task) -> Outcome:
     return Outcome(task.key, "ok", value, seconds=time.perf_counter() - t0)
 
 
-def _run_inline(state: _Run, jobs: int, address: str | None) -> None:
+def _run_inline(state: _Run, ex: Executor) -> None:
     while (task := state.next_task()) is not None:
         state.finish(_call(task))
 
 
 # ---------------------------------------------------------------------------- local
-def _worker_main(conn) -> None:
-    """A worker process: run tasks sent over ``conn`` until told to stop (None)."""
+def _worker_main(conn, preload: tuple[str, ...] = ()) -> None:
+    """A worker process: import ``preload``, say so, then run tasks sent over ``conn`` until
+    told to stop (None)."""
+    import importlib
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    for name in preload:
+        importlib.import_module(name)
+    conn.send("ready")
     while True:
         try:
             task = conn.recv()
@@ -206,15 +255,26 @@ def _worker_main(conn) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx):
+    def __init__(self, ctx, preload: tuple[str, ...] = ()):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, preload), daemon=True)
         self.proc.start()
         child.close()
         self.task: Task | None = None
         self.started = 0.0
+        self.ready = False
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until the worker has imported its preload (False if it died or is late)."""
+        if not self.ready and self.conn.poll(timeout):
+            try:
+                self.ready = self.conn.recv() == "ready"
+            except (EOFError, OSError):
+                return False
+        return self.ready
 
     def start(self, task: Task) -> None:
+        self.wait_ready(60.0)
         self.task, self.started = task, time.perf_counter()
         self.conn.send(task)
 
@@ -234,11 +294,11 @@ class _Worker:
         self.conn.close()
 
 
-def _run_local(state: _Run, jobs: int, address: str | None) -> None:
+def _run_local(state: _Run, ex: Executor) -> None:
     from multiprocessing.connection import wait
 
     ctx = multiprocessing.get_context("spawn")
-    workers: list[_Worker] = []
+    workers, jobs = ex.workers, ex.jobs
     try:
         while True:
             idle = [w for w in workers if w.task is None]
@@ -262,15 +322,15 @@ def _run_local(state: _Run, jobs: int, address: str | None) -> None:
             if state.left() + state.grace <= 0:
                 for w in [w for w in workers if w.task is not None]:
                     _kill(state, w, workers, "timeout", "stopped at the deadline")
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C (or a failing callback): stop what runs, keep the rest
         for w in [w for w in workers if w.task is not None]:
             state.finish(Outcome(w.task.key, "interrupted",
                                  seconds=time.perf_counter() - w.started))
             w.task = None
+            w.proc.kill()
+            w.stop(timeout=1.0)
+            workers.remove(w)
         raise
-    finally:
-        for w in workers:
-            w.stop()
 
 
 def _collect(state: _Run, w: _Worker, workers: list[_Worker]) -> None:
@@ -304,20 +364,29 @@ def _ray_call(task: Task) -> Outcome:
     return _call(task)
 
 
-def _run_ray(state: _Run, jobs: int, address: str | None) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise ValueError("--ray: Ray is not installed; pip install 'zbsolve[ray]'") from None
-    started_here = not ray.is_initialized()
-    if started_here:
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if address:
-            kwargs["address"] = address
-        else:
-            kwargs["num_cpus"] = jobs
-        ray.init(**kwargs)
-    remote = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
+def _ray_connect(ex: Executor):
+    """Ray, connected once per executor (a local Ray is started when none is running)."""
+    if ex.ray is None:
+        try:
+            import ray
+        except ImportError:
+            raise ValueError("--ray: Ray is not installed; pip install 'zbsolve[ray]'") from None
+        ex.ray_started_here = not ray.is_initialized()
+        if ex.ray_started_here:
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if ex.address:
+                kwargs["address"] = ex.address
+            else:
+                kwargs["num_cpus"] = ex.jobs
+            ray.init(**kwargs)
+        ex.ray = ray
+        ex.remote = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
+    return ex.ray, ex.remote
+
+
+def _run_ray(state: _Run, ex: Executor) -> None:
+    ray, remote = _ray_connect(ex)
+    jobs = ex.jobs
     inflight: dict[Any, tuple[Task, float]] = {}
     try:
         while True:
@@ -339,14 +408,11 @@ def _run_ray(state: _Run, jobs: int, address: str | None) -> None:
                     del inflight[ref]
                     state.finish(Outcome(task.key, "timeout", error="stopped at the deadline",
                                          seconds=time.perf_counter() - t0))
-    except KeyboardInterrupt:
+    except BaseException:
         for ref, (task, t0) in inflight.items():
             ray.cancel(ref, force=True)
             state.finish(Outcome(task.key, "interrupted", seconds=time.perf_counter() - t0))
         raise
-    finally:
-        if started_here:
-            ray.shutdown()
 
 
 def _ray_outcome(ray, ref, task: Task, t0: float) -> Outcome:

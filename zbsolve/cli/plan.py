@@ -118,6 +118,7 @@ def config_from_args(args):
 
 def handle(args) -> int:
     import json
+    import time
     from pathlib import Path
 
     from zbsolve.plan.planner import plan
@@ -129,7 +130,8 @@ def handle(args) -> int:
         write_text_atomic,
     )
 
-    result = plan(config_from_args(args))
+    started = time.monotonic()  # --time-limit covers the files and the picture too
+    result = plan(config_from_args(args), started)
     files = write_files(result, args.output)
     data = jsonable(plan_dict(result, files))
     path = Path(args.output) / "plan.json"

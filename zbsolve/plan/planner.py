@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zbsolve import fanout
@@ -150,12 +150,14 @@ def search_case(problem: SplitProblem, exclude: list[Split], candidates: int, sl
                 max_results: int = 5_000) -> CaseSearch:
     """Phase 1 of a case (a fan-out task): bounds, enumeration, the candidates to solve."""
     t0 = time.perf_counter()
-    lower, argmin = problem.min_bound(time_limit=min(time_limit, 30.0))
+    lower, argmin = problem.min_bound(time_limit=max(0.5 * time_limit, 0.2))
     if not math.isfinite(lower):
         return CaseSearch(lower, None, lower, True, [], [], time.perf_counter() - t0)
     cutoff = lower * (1 + slack)
+    left = time_limit - (time.perf_counter() - t0)
     found, complete = problem.enumerate_splits(cutoff, max_nodes=max_nodes,
-                                               max_results=max_results)
+                                               max_results=max_results,
+                                               time_limit=max(0.8 * left, 0.1))
     if argmin is not None and all(s != argmin for _, s in found):
         found.append((problem.bound(argmin), argmin))
     bucket = max(lower * 1e-3, 1e-9)
@@ -259,6 +261,8 @@ class PlanResult:
     fanout: dict[str, Any]
     seconds: float
     interrupted: bool = False
+    # the plan's split re-solved with no more memory than each rule's schedule peaked at
+    at_rule_peak: dict[str, SplitResult] = field(default_factory=dict)
 
     def case(self, key: str) -> PlanCase:
         return next(c for c in self.cases if c.key == key)
@@ -279,38 +283,57 @@ class PlanResult:
         return min((self.case_lower(k) for k in keys), default=0.0)
 
 
-def plan(cfg: PlanConfig) -> PlanResult:
-    """Search every case (see the module docstring) within ``cfg.time_limit`` seconds."""
+def render_reserve(cases: list[PlanCase], time_limit: float) -> float:
+    """Seconds kept from the budget for the report and the timeline picture, which costs
+    about 3 ms per op drawn on a loaded 2-core machine."""
+    ops = max((3 * c.problem.stages * c.problem.microbatches for c in cases), default=0)
+    return min(RENDER_RESERVE + 0.005 * ops, 0.4 * time_limit)
+
+
+def plan(cfg: PlanConfig, started: float | None = None) -> PlanResult:
+    """Search every case (see the module docstring) within ``cfg.time_limit`` seconds from
+    ``started`` (a ``time.monotonic()`` value; default: now), the report's time included."""
     cfg.check()
-    t0 = time.monotonic()
-    end = t0 + cfg.time_limit - min(RENDER_RESERVE, 0.15 * cfg.time_limit)
+    t0 = time.monotonic() if started is None else started
     cases, notes = build_cases(cfg)
     if not cases:
         raise ValueError("no case to plan: " + "; ".join(notes))
-    run_kw = dict(jobs=cfg.jobs, backend=cfg.backend, address=cfg.address,
-                  progress=cfg.progress, grace=2.0)
-    searches, interrupted, stats = _search_all(cfg, cases, t0 + 0.25 * (end - t0), run_kw)
+    end = t0 + cfg.time_limit - render_reserve(cases, cfg.time_limit)
+    run_kw = dict(progress=cfg.progress, grace=3.0)
     results: dict[tuple[str, Split], SplitResult] = {}
-    if not interrupted:
-        interrupted = _evaluate_all(cfg, cases, searches, results, end, run_kw, stats)
-    best = _best(cases, results)
+    at_rule_peak: dict[str, SplitResult] = {}
+    with fanout.Executor(cfg.jobs, cfg.backend, cfg.address) as pool:
+        pool.start(preload=("zbsolve.plan.planner", "zbsolve.plan.evaluate", "zbsolve.solver"))
+        searches, interrupted, stats = _search_all(pool, cfg, cases,
+                                                   t0 + 0.3 * (end - t0), run_kw)
+        if not interrupted:
+            interrupted = _evaluate_all(pool, cfg, cases, searches, results,
+                                        t0 + 0.85 * (end - t0), run_kw, stats)
+        best = _best(cases, results)
+        if best is not None and not interrupted:
+            interrupted = _at_rule_peaks(pool, cfg, best, results, at_rule_peak, end, run_kw,
+                                         stats)
     return PlanResult(cfg, cases, searches, results, notes, best, stats,
-                      time.monotonic() - t0, interrupted)
+                      time.monotonic() - t0, interrupted, at_rule_peak)
 
 
-def _search_all(cfg: PlanConfig, cases: list[PlanCase], deadline: float, run_kw: dict
+def _search_all(pool: fanout.Executor, cfg: PlanConfig, cases: list[PlanCase], deadline: float, run_kw: dict
                 ) -> tuple[dict[str, CaseSearch], bool, dict[str, Any]]:
     tasks = [fanout.Task(c.key, search_case,
                          (c.problem, [s for s in c.rules.values() if isinstance(s, tuple)],
                           cfg.candidates, cfg.slack),
-                         time_limit=30.0) for c in cases]
-    res = fanout.run(tasks, deadline=deadline, desc="plan: bounds", **run_kw)
+                         time_limit=max(0.9 * (deadline - time.monotonic()) * cfg.jobs
+                                        / len(cases) - 1.0, 0.5)) for c in cases]
+    res = pool.run(tasks, deadline=deadline, desc="plan: bounds", **run_kw)
     searches = {o.key: o.value for o in res.outcomes if o.ok}
-    stats = {"backend": res.backend, "search": res.counts()}
+    stats = {"backend": res.backend, "search": res.counts(),
+             "search_failed": {o.key: f"{o.status}: {o.error}" for o in res.outcomes
+                               if not o.ok}}
     return searches, res.interrupted, stats
 
 
-def _evaluate_all(cfg: PlanConfig, cases: list[PlanCase], searches: dict[str, CaseSearch],
+def _evaluate_all(pool: fanout.Executor, cfg: PlanConfig, cases: list[PlanCase],
+                  searches: dict[str, CaseSearch],
                   results: dict[tuple[str, Split], SplitResult], deadline: float, run_kw: dict,
                   stats: dict[str, Any]) -> bool:
     by_key = {c.key: c for c in cases}
@@ -345,13 +368,42 @@ def _evaluate_all(cfg: PlanConfig, cases: list[PlanCase], searches: dict[str, Ca
             results[(case_key, split)] = outcome.value
             best[0] = min(best[0], outcome.value.step_ms)
 
-    res = fanout.run(tasks, deadline=deadline, prepare=prune, on_outcome=record,
+    res = pool.run(tasks, deadline=deadline, prepare=prune, on_outcome=record,
                      desc="plan: solve", **run_kw)
     stats["solve"] = res.counts()
     stats["solve_share_s"] = share
     stats["failed"] = {o.key: f"{o.status}: {o.error}" for o in res.outcomes
                        if o.status in ("error", "died", "timeout")}
     return res.interrupted
+
+
+def _at_rule_peaks(pool: fanout.Executor, cfg: PlanConfig, best: tuple[PlanCase, SplitResult],
+                   results: dict[tuple[str, Split], SplitResult],
+                   out: dict[str, SplitResult], deadline: float, run_kw: dict,
+                   stats: dict[str, Any]) -> bool:
+    """At equal memory in the strict sense: the plan's split solved again with every device
+    limited to the largest peak of each rule's schedule (when the plan's own peak is higher)."""
+    case, res = best
+    tasks = []
+    for name in RULE_NAMES:
+        split = case.rules.get(name)
+        rule = results.get((case.key, split)) if isinstance(split, tuple) else None
+        if rule is None or not rule.found:
+            continue
+        peak = max(rule.peak_gb()) * 1e9
+        if max(res.peak_gb()) * 1e9 <= peak * (1 + 1e-9):
+            out[name] = res  # the plan already fits in the rule's memory
+            continue
+        problem = replace(case.problem, usable_bytes=peak)
+        tasks.append(fanout.Task(name, solve_split, (problem, res.split),
+                                 {"workers": cfg.workers, "seed": cfg.seed},
+                                 time_limit=max(deadline - time.monotonic() - 1.0, 1.0)))
+    if not tasks:
+        return False
+    done = pool.run(tasks, deadline=deadline, desc="plan: equal memory", **run_kw)
+    out.update({o.key: o.value for o in done.outcomes if o.ok})
+    stats["equal_memory"] = done.counts()
+    return done.interrupted
 
 
 def _best(cases: list[PlanCase], results: dict[tuple[str, Split], SplitResult]

@@ -90,8 +90,29 @@ def rule_rows(result: PlanResult, case: PlanCase, best: SplitResult) -> dict[str
                          tokens_per_s=_tokens_per_s(case, res.step_ms),
                          gain=(res.step_ms - best.step_ms) / res.step_ms,
                          schedule=res.schedule_name)
+            same = result.at_rule_peak.get(name)
+            if same is not None and same.found:
+                entry["plan_at_rule_peak"] = {
+                    "step_time_ms": same.step_ms, "peak_gb_max": max(same.peak_gb()),
+                    "status": same.status, "gain": (res.step_ms - same.step_ms) / res.step_ms}
+            entry["best_layout"] = _rule_best_layout(result, name, best)
         out[name] = entry
     return out
+
+
+def _rule_best_layout(result: PlanResult, name: str, best: SplitResult) -> dict[str, Any] | None:
+    """The rule on the layout and microbatch size where it does best."""
+    found = []
+    for case in result.cases:
+        split = case.rules.get(name)
+        res = result.results.get((case.key, split)) if isinstance(split, tuple) else None
+        if res is not None and res.found:
+            found.append((res.step_ms, case.key, res))
+    if not found:
+        return None
+    step, key, res = min(found, key=lambda t: (t[0], t[1]))
+    return {"case": key, "step_time_ms": step, "peak_gb_max": max(res.peak_gb()),
+            "gain": (step - best.step_ms) / step}
 
 
 def case_rows(result: PlanResult) -> list[dict[str, Any]]:
@@ -255,4 +276,13 @@ def format_text(data: dict[str, Any]) -> str:
             lines.append(f"  {name}: blocks {rule['blocks_per_stage']}: "
                          f"{rule['step_time_ms']:.1f} ms, peak {rule['peak_gb_max']:.1f} GB; "
                          f"the plan is {100 * rule['gain']:.1f} % faster")
+            same = rule.get("plan_at_rule_peak")
+            if same:
+                lines.append(f"    the plan's split within that peak: {same['step_time_ms']:.1f}"
+                             f" ms, peak {same['peak_gb_max']:.1f} GB ({same['status']})")
+            where = rule.get("best_layout")
+            if where and where["case"] != data["case"]:
+                lines.append(f"    the rule's best case, {where['case']}: "
+                             f"{where['step_time_ms']:.1f} ms; the plan is "
+                             f"{100 * where['gain']:.1f} % faster")
     return "\n".join(lines)

@@ -37,6 +37,7 @@ splits (for the instance model: the simulator's dependencies, hop latency and me
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from zbsolve.instance import Instance, placement_for
@@ -183,10 +184,12 @@ class SplitProblem:
 
     # ------------------------------------------------------------------ enumeration
     def enumerate_splits(self, cutoff: float, max_nodes: int = 200_000,
-                         max_results: int | None = None) -> tuple[list[tuple[float, Split]], bool]:
+                         max_results: int | None = None, time_limit: float | None = None
+                         ) -> tuple[list[tuple[float, Split]], bool]:
         """Every split with ``bound <= cutoff``, sorted by bound, and whether the search was
-        exhaustive (False when ``max_nodes`` or ``max_results`` stopped it)."""
-        search = _Enumeration(self, cutoff, max_nodes, max_results)
+        exhaustive (False when ``max_nodes``, ``max_results`` or ``time_limit`` seconds
+        stopped it)."""
+        search = _Enumeration(self, cutoff, max_nodes, max_results, time_limit)
         search.run()
         found = sorted(search.found)
         return found, search.complete
@@ -289,8 +292,9 @@ class _Enumeration:
     """Depth-first search over stage sizes with the prefix pruning of ``enumerate_splits``."""
 
     def __init__(self, prob: SplitProblem, cutoff: float, max_nodes: int,
-                 max_results: int | None):
+                 max_results: int | None, time_limit: float | None = None):
         self.prob, self.cutoff = prob, cutoff
+        self.stop_at = None if time_limit is None else time.monotonic() + time_limit
         self.max_nodes, self.max_results = max_nodes, max_results
         self.nodes, self.complete = 0, True
         self.found: list[tuple[float, Split]] = []
@@ -310,7 +314,9 @@ class _Enumeration:
         if self.max_results is not None and len(self.found) >= self.max_results:
             self.complete = False
             return True
-        if self.nodes >= self.max_nodes:
+        if self.nodes >= self.max_nodes or (
+                self.stop_at is not None and self.nodes % 256 == 0
+                and time.monotonic() > self.stop_at):
             self.complete = False
             return True
         return False
