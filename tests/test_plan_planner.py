@@ -45,6 +45,10 @@ def test_the_split_found_beats_both_rules_at_equal_memory(result):
     usable = result.config.usable_bytes / 1e9
     assert data["peak_gb_max"] <= usable and rules["torchtitan"]["peak_gb_max"] <= usable
     assert len(rules["zero-bubble"]["peak_gb"]) == 4
+    for rule in rules.values():  # equal memory in the strict sense: within the rule's own peak
+        same = rule["plan_at_rule_peak"]
+        assert same["peak_gb_max"] <= rule["peak_gb_max"] + 1e-9
+        assert same["step_time_ms"] < rule["step_time_ms"]
 
 
 def test_the_claim_is_proven_and_the_schedule_passes_the_simulator(result):

@@ -28,6 +28,10 @@ with every earlier outcome already passed to ``on_outcome``: return the task (it
 be updated, e.g. with a hint found by a finished case) or None to skip it (e.g. pruned by a
 bound). ``on_outcome(outcome)`` runs in the parent as each task ends.
 
+Several runs can share their workers: ``with Executor(jobs=2) as pool: pool.start(preload=
+("zbsolve.solver",)); pool.run(phase1); pool.run(phase2)`` starts the processes (or connects to
+Ray) once, and ``preload`` imports modules in every worker before the first task's clock starts.
+
 For ``zbsolve sweep`` (not wired yet): one ``Task(case.key, run_case, (case, params, cache_dir,
 solve_fn, []))`` per case, ``prepare`` replacing the hints with ``HintPool.hints_for(case)``,
 ``on_outcome`` doing what ``finish`` does today; an interrupted run is ``result.interrupted``.

@@ -81,13 +81,14 @@ class PlanConfig:
     def check(self) -> None:
         if (self.model is None) == (self.profile is None):
             raise ValueError("model: give a model shape (--hf/--hf-config) or a --profile")
-        for key in ("gpus", "global_batch", "candidates", "jobs", "workers"):
+        for key, least in (("gpus", 1), ("global_batch", 1), ("candidates", 0), ("jobs", 1),
+                           ("workers", 1)):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key ==
-                                                                                  "candidates"
-                                                                                  else 1):
-                raise ValueError(f"--{key.replace('_', '-')}: expected a positive integer, "
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"--{key.replace('_', '-')}: expected an integer >= {least}, "
                                  f"got {value!r}")
+        if self.pp is not None and (not isinstance(self.pp, int) or self.pp < 1):
+            raise ValueError(f"--pp: expected an integer >= 1, got {self.pp!r}")
         if self.gpus % self.pipeline_ranks:
             raise ValueError(f"--pp: {self.pipeline_ranks} does not divide --gpus {self.gpus}")
         if not 0 < self.memory_fraction <= 1:
@@ -141,16 +142,13 @@ class CaseSearch:
         return lower
 
 
-def _stage_work(problem: SplitProblem, split: Split) -> float:
-    return max(problem._sum("work", lo, hi) for lo, hi in problem.bounds_of(split))
-
-
 def search_case(problem: SplitProblem, exclude: list[Split], candidates: int, slack: float,
                 time_limit: float = 10.0, max_nodes: int = 60_000,
                 max_results: int = 5_000) -> CaseSearch:
     """Phase 1 of a case (a fan-out task): bounds, enumeration, the candidates to solve."""
     t0 = time.perf_counter()
-    lower, argmin = problem.min_bound(time_limit=max(0.5 * time_limit, 0.2))
+    lower, argmin = problem.min_bound(time_limit=max(0.5 * time_limit, 0.2),
+                                      hints=tuple(exclude))
     if not math.isfinite(lower):
         return CaseSearch(lower, None, lower, True, [], [], time.perf_counter() - t0)
     cutoff = lower * (1 + slack)
@@ -161,7 +159,7 @@ def search_case(problem: SplitProblem, exclude: list[Split], candidates: int, sl
     if argmin is not None and all(s != argmin for _, s in found):
         found.append((problem.bound(argmin), argmin))
     bucket = max(lower * 1e-3, 1e-9)
-    ranked = sorted(found, key=lambda bs: (round(bs[0] / bucket), _stage_work(problem, bs[1]),
+    ranked = sorted(found, key=lambda bs: (round(bs[0] / bucket), problem.largest_stage(bs[1]),
                                            bs[1]))
     skip = {tuple(s) for s in exclude}
     picks = [s for b, s in ranked if s not in skip and math.isfinite(b)][:candidates]

@@ -95,6 +95,7 @@ def rule_rows(result: PlanResult, case: PlanCase, best: SplitResult) -> dict[str
                 entry["plan_at_rule_peak"] = {
                     "step_time_ms": same.step_ms, "peak_gb_max": max(same.peak_gb()),
                     "status": same.status, "gain": (res.step_ms - same.step_ms) / res.step_ms}
+                # gain: how much faster than the rule the plan's split is within its peak
             entry["best_layout"] = _rule_best_layout(result, name, best)
         out[name] = entry
     return out

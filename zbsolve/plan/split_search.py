@@ -36,6 +36,7 @@ splits (for the instance model: the simulator's dependencies, hop latency and me
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -113,6 +114,10 @@ class SplitProblem:
             out.append((start, start + n))
             start += n
         return out
+
+    def largest_stage(self, split: Split) -> float:
+        """The largest F + I + W of a stage (the tie-break between splits of equal bound)."""
+        return max(self._sum("work", lo, hi) for lo, hi in self.bounds_of(split))
 
     def static_bytes(self, split: Split) -> list[float]:
         """Per device: weights, gradients and optimizer states of its stages."""
@@ -194,22 +199,36 @@ class SplitProblem:
         found = sorted(search.found)
         return found, search.complete
 
-    def min_bound(self, time_limit: float = 10.0, seed: int = 0) -> tuple[float, Split | None]:
+    def min_bound(self, time_limit: float = 10.0, seed: int = 0, hints: tuple = ()
+                  ) -> tuple[float, Split | None]:
         """A proven lower bound on ``bound`` over *all* splits, and a split attaining it.
 
         A small CP-SAT model over the S - 1 stage boundaries (``_min_bound_model``) minimizes
         the largest of the bounds above with the prefix sums rounded down (so its optimum is at
         most the true minimum: a valid lower bound even when it stops on ``time_limit``); the
-        split it returns is re-bounded exactly here.
+        split it returns is re-bounded exactly here. ``hints`` (e.g. the rule splits) and
+        balanced splits seed it; the lower bound is never below ``m * total work / devices``
+        (some device does at least its share), which holds even when the model proves little
+        in the time given.
         """
-        return _min_bound_model(self, time_limit, seed)
+        seeds = [tuple(h) for h in hints] + _seed_splits(self.layers, self.stages)
+        best = min(((self.bound(sp), sp) for sp in seeds), default=(math.inf, None))
+        if not math.isfinite(best[0]):
+            best = (math.inf, None)
+        lower, split = _min_bound_model(self, time_limit, seed, best)
+        if not math.isfinite(lower):
+            return lower, None
+        share = self._prefix["work"][-1] * self.microbatches / self.devices
+        if split is None or (math.isfinite(best[0]) and self.bound(split) > best[0]):
+            split = best[1]
+        return max(lower, share), split
 
 
 TIME_SCALE = 1000  # integer units per ms in the bound model (rounded down: still a bound)
 
 
-def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int
-                     ) -> tuple[float, Split | None]:
+def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int,
+                     start: tuple[float, Split | None]) -> tuple[float, Split | None]:
     from ortools.sat.python import cp_model
 
     pre, S, n, m = prob._prefix, prob.stages, prob.layers, prob.microbatches
@@ -245,6 +264,11 @@ def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int
         head = F[s0] + pre["hops"][s0] * comm
         model.add(z >= head + m * load)
         model.add(z >= head + m * fi + I[s0] + pre["hops"][s0] * comm + w0)
+    if start[1] is not None and math.isfinite(start[0]):  # a known split: hint and cap
+        bounds = [0, *itertools.accumulate(start[1])]
+        for c, b in zip(cut[1:-1], bounds[1:-1]):
+            model.add_hint(c, b)
+        model.add(z <= int(math.floor(start[0] * TIME_SCALE)) + 1)
     model.minimize(z)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, 0.1)
@@ -252,7 +276,8 @@ def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int
     solver.parameters.random_seed = seed
     code = solver.solve(model)
     if code == cp_model.INFEASIBLE:
-        return math.inf, None  # no split fits the memory
+        # a known split satisfies the (rounded-down) model, so this means no split fits
+        return (math.inf, None) if start[1] is None else (0.0, start[1])
     lower = solver.best_objective_bound / TIME_SCALE
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return lower, None
@@ -286,6 +311,15 @@ def _memory_constraints(model, prob: SplitProblem, cut: list) -> None:
     for d in range(prob.devices):
         stages = [s for s in range(prob.stages) if prob.stage_device[s] == d]
         model.add(sum(pos[s + 1] - pos[s] for s in stages) <= budget)
+
+
+def _seed_splits(layers: int, stages: int) -> list[Split]:
+    """Splits balanced by layer count, to seed the bound model."""
+    base, extra = divmod(layers, stages)
+    if base == 0:
+        return []
+    front = tuple(base + (1 if s < extra else 0) for s in range(stages))
+    return [front, front[::-1]]
 
 
 class _Enumeration:
