@@ -83,8 +83,8 @@ def test_min_bound_is_the_exact_minimum_over_all_splits():
                             microbatches=6, comm=0.05)
         brute = min(prob.bound(s) for s in _all_splits(len(prob.profile), prob.stages))
         lower, split = prob.min_bound(time_limit=10)
-        assert lower <= brute + 1e-9
-        assert lower == pytest.approx(brute, abs=1e-2)  # bound model rounds to 1e-3 ms
+        slack = (2 * 6 * chunks + 2) / 1000  # the bound model's rounding allowance, in ms
+        assert brute - slack - 1e-3 <= lower <= brute + 1e-9
         assert prob.bound(split) == pytest.approx(brute, abs=1e-2)
 
 
@@ -98,7 +98,7 @@ def test_memory_makes_splits_infeasible_and_the_bound_model_knows():
         assert math.isfinite(tight.bound(split)) == (fits and split[0] > 1)
     lower, split = tight.min_bound()
     brute = min(tight.bound(s) for s in _all_splits(len(prof), 2))
-    assert lower == pytest.approx(brute, abs=1e-2) and tight.bound(split) == pytest.approx(brute)
+    assert brute - 0.03 <= lower <= brute and tight.bound(split) == pytest.approx(brute)
     none = SplitProblem(prof, devices=2, microbatches=4, usable_bytes=1.0 * GIB)
     assert none.min_bound() == (math.inf, None)
 

@@ -224,7 +224,7 @@ class SplitProblem:
         return max(lower, share), split
 
 
-TIME_SCALE = 1000  # integer units per ms in the bound model (rounded down: still a bound)
+TIME_SCALE = 1000  # integer units per ms in the bound model
 
 
 def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int,
@@ -264,11 +264,16 @@ def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int,
         head = F[s0] + pre["hops"][s0] * comm
         model.add(z >= head + m * load)
         model.add(z >= head + m * fi + I[s0] + pre["hops"][s0] * comm + w0)
+    # A stage sum is a difference of rounded-down prefix sums, off by less than one unit either
+    # way, so a device's m * load (m * (F + I) for the bound without W) can exceed the true
+    # value by less than 2 m x (its stages) units: the model's optimum is at most the true minimum
+    # plus ``slack``, and ``slack`` comes off its bound.
+    slack = 2 * m * max(prob.stage_device.count(d) for d in range(prob.devices)) + 2
     if start[1] is not None and math.isfinite(start[0]):  # a known split: hint and cap
         bounds = [0, *itertools.accumulate(start[1])]
         for c, b in zip(cut[1:-1], bounds[1:-1]):
             model.add_hint(c, b)
-        model.add(z <= int(math.floor(start[0] * TIME_SCALE)) + 1)
+        model.add(z <= int(math.floor(start[0] * TIME_SCALE)) + slack)
     model.minimize(z)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, 0.1)
@@ -278,7 +283,7 @@ def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int,
     if code == cp_model.INFEASIBLE:
         # a known split satisfies the (rounded-down) model, so this means no split fits
         return (math.inf, None) if start[1] is None else (0.0, start[1])
-    lower = solver.best_objective_bound / TIME_SCALE
+    lower = max(solver.best_objective_bound - slack, 0) / TIME_SCALE
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return lower, None
     bounds = [solver.value(c) for c in cut]
