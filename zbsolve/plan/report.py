@@ -150,7 +150,8 @@ def plan_dict(result: PlanResult, files: dict[str, str] | None = None) -> dict[s
     if result.best is None:
         out.update(split=None, schedule=None, step_time_ms=None, peak_gb=None,
                    tokens_per_s=None, torchtitan=None, megatron=None,
-                   error="no schedule fits: every split evaluated is infeasible or failed")
+                   error="interrupted before any schedule was found" if result.interrupted
+                   else "no schedule fits: every split evaluated is infeasible or failed")
         return out
     case, res = result.best
     lower = result.lower_bound
@@ -245,6 +246,8 @@ def format_text(data: dict[str, Any]) -> str:
     if data.get("split") is None:
         lines.append(data.get("error", "no plan"))
         return "\n".join(lines)
+    if data.get("interrupted"):
+        lines.append("interrupted: the best of what finished")
     lines += [
         f"plan: {data['case']} ({data['chunks']} chunk(s), placement {data['placement']}, "
         f"microbatch {data['microbatch_size']} x {data['microbatches']})",
