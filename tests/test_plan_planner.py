@@ -72,6 +72,19 @@ def test_local_processes_give_the_same_plan(result):
     assert again.best[1].step_ms == pytest.approx(result.best[1].step_ms)
 
 
+def test_a_measured_profile_can_stand_in_for_the_model(result, tmp_path, capsys):
+    path = tmp_path / "layers.json"
+    result.cases[0].problem.profile.dump(path)  # what a profiler writes, same format
+    flags = FLAGS[FLAGS.index("--gpus"):]
+    assert main(["plan", "--profile", str(path), *flags, "--json", "-o", str(tmp_path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["split"] == list(result.best[1].split)
+    assert data["step_time_ms"] == pytest.approx(result.best[1].step_ms)
+    assert main(["plan", "--profile", str(path), *flags, "--microbatch-size", "2",
+                 "-o", str(tmp_path)]) == 2
+    assert "measured with microbatches of 1, not 2" in capsys.readouterr().err
+
+
 def test_cli_json_has_the_keys_and_writes_the_files(tmp_path, capsys):
     code = main(["plan", *FLAGS, "--json", "-o", str(tmp_path)])
     assert code == 0

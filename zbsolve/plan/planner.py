@@ -142,13 +142,13 @@ class CaseSearch:
         return lower
 
 
-def search_case(problem: SplitProblem, exclude: list[Split], candidates: int, slack: float,
+def search_case(problem: SplitProblem, rule_splits: list[Split], candidates: int, slack: float,
                 time_limit: float = 10.0, max_nodes: int = 60_000,
                 max_results: int = 5_000) -> CaseSearch:
     """Phase 1 of a case (a fan-out task): bounds, enumeration, the candidates to solve."""
     t0 = time.perf_counter()
     lower, argmin = problem.min_bound(time_limit=max(0.5 * time_limit, 0.2),
-                                      hints=tuple(exclude))
+                                      hints=tuple(rule_splits))
     if not math.isfinite(lower):
         return CaseSearch(lower, None, lower, True, [], [], time.perf_counter() - t0)
     cutoff = lower * (1 + slack)
@@ -161,7 +161,7 @@ def search_case(problem: SplitProblem, exclude: list[Split], candidates: int, sl
     bucket = max(lower * 1e-3, 1e-9)
     ranked = sorted(found, key=lambda bs: (round(bs[0] / bucket), problem.largest_stage(bs[1]),
                                            bs[1]))
-    skip = {tuple(s) for s in exclude}
+    skip = {tuple(s) for s in rule_splits}  # solved anyway
     picks = [s for b, s in ranked if s not in skip and math.isfinite(b)][:candidates]
     found.sort()
     return CaseSearch(lower, argmin, cutoff, complete, found, picks, time.perf_counter() - t0)
