@@ -204,9 +204,10 @@ class SplitProblem:
         """A proven lower bound on ``bound`` over *all* splits, and a split attaining it.
 
         A small CP-SAT model over the S - 1 stage boundaries (``_min_bound_model``) minimizes
-        the largest of the bounds above with the prefix sums rounded down (so its optimum is at
-        most the true minimum: a valid lower bound even when it stops on ``time_limit``); the
-        split it returns is re-bounded exactly here. ``hints`` (e.g. the rule splits) and
+        the largest of the bounds above on integer prefix sums (1 unit = 1 us, rounded down);
+        its proven bound less the rounding allowance (stage sums are differences of rounded
+        prefix sums, off by less than a unit each) is a valid lower bound even when it stops on
+        ``time_limit``; the split it returns is re-bounded exactly here. ``hints`` (e.g. the rule splits) and
         balanced splits seed it; the lower bound is never below ``m * total work / devices``
         (some device does at least its share), which holds even when the model proves little
         in the time given.
