@@ -25,7 +25,7 @@ MINIMAL = {
     "baselines": [TEACHING], "solve": [TEACHING], "check": ["s.json"], "show": ["s.json"],
     "export": ["s.json", "--format", "executor", "-o", "t.json"], "run": ["t.json"],
     "profile": ["--devices", "2", "--microbatches", "4", "-o", "i.yaml"], "loop": [],
-    "sweep": [TEACHING, "-o", "out"], "bench": [],
+    "sweep": [TEACHING, "-o", "out"], "bench": [], "plan": ["--gpus", "8", "--global-batch", "8"],
 }
 
 

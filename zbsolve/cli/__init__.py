@@ -16,7 +16,7 @@ import sys
 from zbsolve import __version__
 
 COMMANDS = ("baselines", "solve", "check", "show", "export", "run", "profile", "loop", "sweep",
-            "bench")
+            "bench", "plan")
 
 
 def build_parser():
