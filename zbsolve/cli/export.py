@@ -7,6 +7,7 @@ table and the torch CSV with comms are also proven deadlock-free with ``p2p_chec
 from __future__ import annotations
 
 FORMATS = ("executor", "torch-csv", "torch-csv-comms", "chrome-trace")
+STACKS = ("torchtitan", "megatron")  # training stacks: zbsolve.export.stacks
 
 
 def register(sub) -> None:
@@ -14,9 +15,17 @@ def register(sub) -> None:
     parser.add_argument("schedule", help="schedule JSON, executor table JSON or torch CSV")
     parser.add_argument("--instance", help="instance file (YAML or JSON); optional for schedules "
                         "written by 'zbsolve solve' and executor tables, which carry theirs")
-    parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt",
-                        help="executor | torch-csv | torch-csv-comms | chrome-trace")
-    parser.add_argument("-o", "--output", required=True, help="file to write")
+    parser.add_argument("--format", required=True, choices=FORMATS + STACKS, dest="fmt",
+                        help="executor | torch-csv | torch-csv-comms | chrome-trace | "
+                             "torchtitan (a folder: CSV, TOML, CLI overrides, command) | "
+                             "megatron (layout flags; its schedule cannot be loaded there)")
+    parser.add_argument("-o", "--output", required=True,
+                        help="file to write (torchtitan: a folder)")
+    parser.add_argument("--split", help="torchtitan/megatron: layers per logical stage, e.g. "
+                        "3,2,2,3 (default: the instance's meta.split)")
+    parser.add_argument("--microbatch-size", type=int, default=1,
+                        help="torchtitan: sequences per microbatch (1)")
+    parser.add_argument("--json", action="store_true", help="torchtitan/megatron: print JSON")
     parser.add_argument("--fuse-bw", action="store_true",
                         help="fuse each I immediately followed by its W into one B")
     parser.set_defaults(handler=handle)
@@ -59,5 +68,26 @@ def handle(args) -> int:
 
     sched = load_schedule(args.schedule)
     inst = instance_for(args.instance, sched)
+    if args.fmt in STACKS:
+        return _export_stack(args, inst, sched)
     print(export(inst, sched, args.fmt, args.output, fuse_bw=args.fuse_bw))
+    return 0
+
+
+def _export_stack(args, inst, sched) -> int:
+    from zbsolve.export import stacks
+
+    if args.fmt == "torchtitan":
+        out = stacks.export_torchtitan(inst, sched, args.output, split_text=args.split,
+                                       microbatch_size=args.microbatch_size)
+        lines = [f"wrote {', '.join(out['files'])}", out["builtin_note"], "run:", out["command"]]
+    else:
+        out = stacks.export_megatron(inst, sched, args.output, split_text=args.split)
+        lines = [out["command_line"], out["note"], out["builtin_note"], f"wrote {args.output}"]
+    if args.json:
+        import json
+
+        print(json.dumps(out, indent=1))
+    else:
+        print("\n".join(lines))
     return 0

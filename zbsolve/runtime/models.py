@@ -154,7 +154,8 @@ def _build_hf(config: dict[str, Any], seq: int, microbatch_size: int, seed: int 
     layers, names = hf_layers(model)
     return LayeredModel(layers, names, Reference(model), lm_loss,
                         token_batches(cfg.vocab_size, seq, microbatch_size, seed),
-                        microbatch_size, (microbatch_size, seq, cfg.hidden_size))
+                        microbatch_size, (microbatch_size, seq, cfg.hidden_size),
+                        {id(p): n for n, p in model.named_parameters()})
 
 
 def _build_gpt(seed: int = 0, **sizes: int) -> LayeredModel:
@@ -262,6 +263,17 @@ def spec_summary(spec: ModelSpec) -> dict[str, Any]:
             "num_experts_per_tok")
     return {"kind": "hf", **{k: c[k] for k in keys if k in c},
             **{k: v for k, v in spec.options.items() if k != "config"}}
+
+
+def spec_name(spec: ModelSpec) -> str:
+    """A short name for files and instances, e.g. ``llama-l4-h64``."""
+    if spec.kind == "hf":
+        c = spec.options["config"]
+        return f"{c['model_type']}-l{c['num_hidden_layers']}-h{c['hidden_size']}"
+    if spec.kind == "gpt":
+        o = spec.options
+        return f"gpt-l{o.get('layers', 8)}-h{o.get('hidden', 64)}"
+    return spec.options["target"].replace(":", "-").replace(".", "-")
 
 
 __all__ = ["LayeredModel", "ModelSpec", "layers_of", "hf_spec"]
