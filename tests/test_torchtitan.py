@@ -76,9 +76,8 @@ def test_keys_and_overrides_are_torchtitans_own(tmp_path):
 
 
 def test_torchtitan_builder_runs_our_csv_and_split(tmp_path):
-    import torch.multiprocessing as mp
-
     import titan_ranks
+    import torch.multiprocessing as mp
 
     cases = []
     for k, (family, v, placement, split) in enumerate(CASES):
