@@ -75,6 +75,11 @@ def handle(args) -> int:
 
         out = Path(args.output)
         print(f"wrote {out / 'loop.csv'}, loop.md, loop.json, instances and tables")
+    for q in summary.get("pairs", []):
+        if q["verdict"].startswith("NOT"):
+            print(f"predicted gain not confirmed: {q['predicted_gain']} predicted, measured "
+                  f"{q['measured_diff']:+.1%} ({q['measured_min']:+.1%}..{q['measured_max']:+.1%}"
+                  f" over {q['runs']} runs) for {q['a']} vs {q['b']}", file=sys.stderr)
     bad = [r["schedule"] for r in summary["rows"] if not r["grads_ok"]]
     if bad:
         print(f"gradients differ from the reference for: {', '.join(bad)}", file=sys.stderr)

@@ -25,6 +25,9 @@ def register(sub) -> None:
         parser.add_argument(f"--{name}", type=int, help=f"override the preset's {name}")
     parser.add_argument("--microbatch-size", type=int, help="sequences per microbatch")
     parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    from zbsolve.cli.profile import add_own_model_args
+
+    add_own_model_args(parser)  # --hf / --module: run your model's stages instead of the GPT
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
     parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
     parser.add_argument("--backend", choices=("gloo", "nccl"),
@@ -92,9 +95,15 @@ def handle(args) -> int:
     # Before anything runs: the compute order is a valid schedule and the P2P cannot deadlock.
     simulate(instance_of(table), schedule_from_table(table))
     require_safe(table, modes=("batched",))
-    cfg = GPTConfig.preset(
-        args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
-        vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed)
+    from zbsolve.cli.profile import own_model_spec
+
+    spec = own_model_spec(args)
+    if spec is not None:
+        cfg = spec.to_dict()
+    else:
+        cfg = GPTConfig.preset(
+            args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
+            vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed).to_dict()
     world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
     check_table(table, world, cfg)
     device, backend, note = _plan_device(args, world)
@@ -108,7 +117,7 @@ def handle(args) -> int:
 
             csv_path = os.path.join(tmp, f"{table.schedule_name}.csv")
             write_csv_for(table, csv_path)
-        job = Job(table.to_dict(), cfg.to_dict(), engine=args.engine, torch_csv=csv_path,
+        job = Job(table.to_dict(), cfg, engine=args.engine, torch_csv=csv_path,
                   trace=os.path.abspath(args.trace) if args.trace else None,
                   label=table.schedule_name)
         try:
@@ -120,7 +129,7 @@ def handle(args) -> int:
         return 0
     report = reports[0]
     report["note"] = note
-    report["model_preset"] = args.model
+    report["model_preset"] = args.model if spec is None else spec.kind
     verdict = verdict_line(report)
     if args.json:
         print_json(report)
@@ -153,9 +162,14 @@ def print_report(r: dict) -> None:
     print(f"{r['schedule']} on {r['ranks']} ranks ({r['backend']}, {r['device']}), "
           f"{r['stages']} stages, m={r['microbatches']}, engine {r['engine']}, {r['steps']} steps "
           f"- {r['note']}")
-    print(f"model {r['model_preset']}: layers {m['layers']}, hidden {m['hidden']}, heads "
-          f"{m['heads']}, seq {m['seq']}, vocab {m['vocab']}, microbatch size "
-          f"{m['microbatch_size']}")
+    if "layers" in m:
+        print(f"model {r['model_preset']}: layers {m['layers']}, hidden {m['hidden']}, heads "
+              f"{m['heads']}, seq {m['seq']}, vocab {m['vocab']}, microbatch size "
+              f"{m['microbatch_size']}")
+    else:
+        print(f"model {r['model_preset']}: {m}; layers per stage {r.get('split')}")
+    for note in r.get("notes", []):
+        print(f"note: {note}")
     print(f"loss per step {[round(x, 6) for x in r['losses']]} (reference "
           f"{[round(x, 6) for x in r['reference_losses']]})")
     t = r["timing"]

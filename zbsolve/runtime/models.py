@@ -41,6 +41,27 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return Fn.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def default_split(n_layers: int, n_stages: int) -> list[int]:
+    """Layers per stage: the first layer (embedding) with the first stage, the last (head)
+    with the last, the rest as even as possible (earlier stages larger), like the GPT's
+    ``layer_split``."""
+    if n_stages < 1:
+        raise ModelSpecError(f"stages: expected >= 1, got {n_stages}")
+    if n_stages == 1:
+        return [n_layers]
+    inner = n_layers - 2
+    if inner < n_stages:
+        raise ModelSpecError(
+            f"the model has {inner} layers between its first and last, too few for {n_stages} "
+            f"stages (each needs one): use more layers (--layers {n_stages}), fewer stages, or "
+            "an explicit --split")
+    base, extra = divmod(inner, n_stages)
+    split = [base + (1 if s < extra else 0) for s in range(n_stages)]
+    split[0] += 1
+    split[-1] += 1
+    return split
+
+
 @dataclass
 class LayeredModel:
     layers: list[nn.Module]
@@ -57,22 +78,7 @@ class LayeredModel:
             self.param_names = {id(p): n for n, p in self.reference.named_parameters()}
 
     def default_split(self, n_stages: int) -> list[int]:
-        """Layers per stage: first and last layers with the first and last stage, the rest
-        as even as possible (earlier stages larger), like the GPT's ``layer_split``."""
-        inner = len(self.layers) - 2
-        if n_stages < 1:
-            raise ModelSpecError(f"stages: expected >= 1, got {n_stages}")
-        if n_stages == 1:
-            return [len(self.layers)]
-        if inner < n_stages:
-            raise ModelSpecError(
-                f"the model has {inner} inner layers but the table has {n_stages} stages; every "
-                f"stage needs one: use more layers (--layers {n_stages}) or fewer stages")
-        base, extra = divmod(inner, n_stages)
-        split = [base + (1 if s < extra else 0) for s in range(n_stages)]
-        split[0] += 1
-        split[-1] += 1
-        return split
+        return default_split(len(self.layers), n_stages)
 
     def check_split(self, split: Sequence[int]) -> None:
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in split):
@@ -277,3 +283,22 @@ def spec_name(spec: ModelSpec) -> str:
 
 
 __all__ = ["LayeredModel", "ModelSpec", "layers_of", "hf_spec"]
+
+
+def spec_from_flags(*, hf: str | None = None, module: str | None = None, seq: int | None = None,
+                    microbatch_size: int | None = None, seed: int = 0,
+                    **sizes: int | None) -> ModelSpec:
+    """The spec ``--hf NAME|config.json`` (with size flags) or ``--module pkg.mod:build`` ask for."""
+    if (hf is None) == (module is None):
+        raise ModelSpecError("give exactly one of --hf and --module")
+    if module is not None:
+        given = [k for k, v in {**sizes, "seq": seq}.items() if v is not None]
+        if given:
+            raise ModelSpecError(f"--module {module}: size flags ({', '.join(given)}) apply to "
+                                 "--hf only; the build function sizes its model")
+        return ModelSpec("module", {"target": module, "seed": seed})
+    from zbsolve.runtime.hf import hf_config
+
+    seq = seq or 64
+    config = hf_config(hf, seq=sizes.pop("max_positions", None) or max(seq, 2 * seq), **sizes)
+    return hf_spec(config, seq=seq, microbatch_size=microbatch_size or 1, seed=seed)
