@@ -11,7 +11,7 @@ DEFAULT := instances/default.yaml
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,torch]'
+	$(PY) -m pip install -q -e '.[dev,torch,hf,titan]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check zbsolve tests
-	$(PY) -c "import torch, nbclient, ipykernel"  # the torch and notebook tests must run, not skip
+	$(PY) -c "import torch, nbclient, ipykernel, transformers, torchtitan"  # those tests must run, not skip
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

@@ -258,3 +258,63 @@ def test_megatron_layout_for_a_split():
     assert two["flags"]["--pipeline-model-parallel-layout"] == "Et|t|t|tL"
     with pytest.raises(ValueError, match="embedding"):
         megatron_flags([1, 4, 3], embedding_layers=2)
+
+
+def _planned(label: str, predicted: float, steps: list[float]):
+    from zbsolve.profiler.loop import Planned
+
+    layout, schedule = label.split("/")
+    return Planned(layout, schedule, 1, {}, predicted, 0.0, 0.0, True,
+                   reports=[{"timing": {"step_ms": s}, "ok": True} for s in steps])
+
+
+def test_loop_pairs_confirm_only_gains_every_run_shows():
+    from zbsolve.profiler.loop import pair_rows
+
+    base = _planned("v1/1f1b", 100.0, [100.0, 104.0, 98.0])
+    good = _planned("v1/zb-h1", 94.0, [95.0, 97.0, 93.0])  # faster in every paired run
+    noisy = _planned("v1/zbsolve", 93.6, [99.0, 105.0, 97.0])  # faster, slower, faster
+    few = _planned("v2/zb-v", 90.0, [91.0])
+    rows = {(r["a"], r["b"]): r for r in pair_rows([base, good, noisy, few])}
+    r = rows[("v1/1f1b", "v1/zb-h1")]
+    assert r["predicted_diff"] == pytest.approx(6 / 94)
+    assert r["measured_diff"] == pytest.approx(5 / 93)  # median of the paired differences
+    assert r["measured_min"] == pytest.approx(5 / 95) and r["measured_max"] == pytest.approx(7 / 97)
+    assert r["verdict"] == "confirmed" and r["predicted_gain"].startswith("v1/zb-h1 faster")
+    assert rows[("v1/1f1b", "v1/zbsolve")]["verdict"] == "NOT confirmed: within run-to-run spread"
+    assert rows[("v1/zb-h1", "v1/zbsolve")]["verdict"].startswith("NOT confirmed: measured the other")
+    assert rows[("v1/1f1b", "v2/zb-v")]["verdict"].startswith("not judged (1 run")
+
+
+def test_cli_profile_hf_export_torchtitan_and_megatron(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from zbsolve.cli import main
+    from zbsolve.instance import load_instance
+
+    lp, inst_path, sched = tmp_path / "llama.json", tmp_path / "inst.yaml", tmp_path / "s.json"
+    assert main(["profile", "--hf", "llama", "--layers", "4", "--hidden", "32", "--heads", "4",
+                 "--kv-heads", "2", "--intermediate", "64", "--vocab", "64", "--seq", "8",
+                 "--microbatch-size", "2", "--devices", "2", "--microbatches", "4",
+                 "--repeats", "1", "--warmup", "0", "--split", "2,4",
+                 "--layer-profile", str(lp), "-o", str(inst_path)]) == 0
+    prof = LayerProfile.load(lp)
+    assert [c.name for c in prof.layers][0::5] == ["model.embed_tokens", "model.norm+lm_head"]
+    inst = load_instance(inst_path)
+    assert inst.extra["meta"]["split"] == [2, 4] and inst.p == 2
+    assert inst.F[0] == pytest.approx(prof.layers[0].F + prof.layers[1].F, rel=1e-6)
+    assert main(["solve", str(inst_path), "-o", str(sched), "--time-limit", "2", "--workers", "1",
+                 "--seed", "0"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(sched), "--format", "torchtitan", "-o", str(tmp_path / "tt"),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    par = out["config"]["parallelism"]
+    assert par["module_fqns_per_model_part"] == [["tok_embeddings", "layers.0"],
+                                                 ["layers.1", "layers.2", "layers.3", "norm",
+                                                  "lm_head"]]
+    assert par["pipeline_parallel_schedule"] == "1F1B"  # one chunk, loop placement
+    assert (tmp_path / "tt" / "schedule.csv").read_text().count("\n") == 2
+    assert main(["export", str(sched), "--format", "megatron", "-o", str(tmp_path / "m.json"),
+                 "--json"]) == 0
+    meg = json.loads(capsys.readouterr().out)
+    assert meg["flags"]["--pipeline-model-parallel-layout"] == "Et|t*3L"
