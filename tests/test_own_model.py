@@ -318,3 +318,30 @@ def test_cli_profile_hf_export_torchtitan_and_megatron(tmp_path, capsys):
                  "--json"]) == 0
     meg = json.loads(capsys.readouterr().out)
     assert meg["flags"]["--pipeline-model-parallel-layout"] == "Et|t*3L"
+
+
+@pytest.mark.slow
+def test_module_spec_profiles_and_runs_on_2_ranks():
+    from conftest import make_instance
+
+    from zbsolve.baselines import generate
+    from zbsolve.export.executor import lower
+    from zbsolve.profiler.layers import profile_spec
+    from zbsolve.runtime.launch import run_jobs
+    from zbsolve.runtime.models import ModelSpecError, spec_from_flags
+    from zbsolve.runtime.runner import Job, RunOptions
+
+    spec = spec_from_flags(module="own_module_example:build")
+    prof = profile_spec(spec, warmup=0, repeats=1)
+    assert [c.name for c in prof.layers] == ["0", "1", "2", "3"]
+    assert set(flop_ratios(prof).values()) == {1.0}
+    inst = make_instance(p=2, m=4, meta={"split": [2, 2]})
+    job = Job(lower(inst, generate("zb-h1", inst)).to_dict(), spec.to_dict(), label="module")
+    (report,) = run_jobs([job], 2, RunOptions(steps=2, timeout_s=60))
+    assert report["ok"] and report["max_rel_diff"] <= 1e-5 and report["split"] == [2, 2]
+    with pytest.raises(ModelSpecError, match="expected pkg.mod:function"):
+        spec_from_flags(module="own_module_example.build").build()
+    with pytest.raises(ModelSpecError, match="has no function"):
+        spec_from_flags(module="own_module_example:nope").build()
+    with pytest.raises(ModelSpecError, match="apply to --hf only"):
+        spec_from_flags(module="own_module_example:build", layers=4)

@@ -211,6 +211,16 @@ def _build_module(target: str, seed: int = 0) -> LayeredModel:
     if not isinstance(example, torch.Tensor):
         raise ModelSpecError(f"--module {target}: example_input must be one tensor (a microbatch)")
     reference = nn.Sequential(*layers)
+    with torch.no_grad():  # the runner's P2P moves one fp32 shape between every two layers
+        shapes, x = set(), example
+        for layer in layers[:-1]:
+            x = layer(x)
+            shapes.add((tuple(x.shape), x.dtype))
+    if len(shapes) > 1 or any(dtype != torch.float32 for _, dtype in shapes):
+        raise ModelSpecError(f"--module {target}: the layers hand on tensors of shapes/dtypes "
+                             f"{sorted(str(s) for s in shapes)}; the runner needs one fp32 shape "
+                             "between every two layers (profiling has no such limit)")
+    boundary = next(iter(shapes))[0] if shapes else ()
 
     def batch(m: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = torch.cat([example] * m)
@@ -219,7 +229,7 @@ def _build_module(target: str, seed: int = 0) -> LayeredModel:
     def loss(out: torch.Tensor, _targets: torch.Tensor) -> torch.Tensor:
         return user_loss(out)
 
-    return LayeredModel(list(layers), names, reference, loss, batch, len(example), ())
+    return LayeredModel(list(layers), names, reference, loss, batch, len(example), boundary)
 
 
 _BUILDERS: dict[str, Callable[..., LayeredModel]] = {
