@@ -20,7 +20,7 @@ from typing import Any
 
 NOTE = ("Megatron-LM runs its built-in 1F1B / interleaved 1F1B schedule with a fused backward; "
         "it has no way to load a per-rank schedule (CSV or table), so only the layer layout "
-        "below transfers.")
+        "(these flags) transfers.")
 
 
 class MegatronExportError(ValueError):

@@ -74,7 +74,9 @@ def fqns_per_stage(split: Sequence[int], layer_names: Sequence[str] | None = Non
 
 def torchtitan_config(inst, sched, split: list[int], *, layer_names: list[str] | None = None,
                       microbatch_size: int = 1, csv_path: str = "schedule.csv") -> dict[str, Any]:
-    """The torchtitan config keys for this schedule and split (nested by section)."""
+    """The torchtitan config keys for this schedule and split, nested by section
+    (``config["parallelism"]["pipeline_parallel_degree"]``; :func:`flat_keys` gives the dotted
+    names). ``csv_path`` is the value written for ``pipeline_parallel_schedule_csv``."""
     if len(split) != inst.stages:
         raise TorchtitanExportError(f"split {split}: {len(split)} stages, the schedule has "
                                     f"{inst.stages} (devices x chunks); pass one count per stage")
@@ -96,6 +98,12 @@ def torchtitan_config(inst, sched, split: list[int], *, layer_names: list[str] |
         },
         "training": {"local_batch_size": inst.m * microbatch_size},
     }
+
+
+def flat_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """``{"parallelism.pipeline_parallel_degree": 4, ...}``: the dotted names torchtitan uses."""
+    return {f"{section}.{key}": value for section, keys in config.items()
+            for key, value in keys.items()}
 
 
 def cli_overrides(config: dict[str, Any]) -> list[str]:
