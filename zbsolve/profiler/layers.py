@@ -90,7 +90,7 @@ class _Sampler:
 
         def input_pass():
             return split_backward_input([root], [layer.out_grad], inputs, layer.params,
-                                        force_fused=layer.fused)
+                                        force_fused=layer.fused, census=census)
 
         t_i, (_, weights) = self.watch.time(input_pass)
         x.grad = None

@@ -48,7 +48,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -227,12 +227,14 @@ def _custom_function(node: Node) -> bool:
 def split_backward_input(
     roots: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None],
     inputs: Sequence[torch.Tensor], params: Iterable[torch.Tensor], *, force_fused: str = "",
+    census: SavedTensorCensus | None = None,
 ) -> tuple[list[torch.Tensor | None], WeightPass]:
     """I: the gradients of ``inputs`` only; returns them and the :class:`WeightPass` for W.
 
     ``roots`` are the stage outputs (or the loss, with ``grads`` None), ``inputs`` the stage
     inputs that require a gradient (possibly none: then I computes nothing and W everything).
-    ``force_fused`` (a reason): run the whole backward now and leave W empty.
+    ``force_fused`` (a reason): run the whole backward now and leave W empty. ``census``: the
+    one that recorded the forward; then the saved tensors only I needed are freed after it.
     """
     accumulators: dict[Node, torch.Tensor] = {}
     for p in params:
@@ -265,6 +267,7 @@ def split_backward_input(
     loose = [(r, g) for (r, g), n in zip(live, root_nodes) if n not in closure]
     if loose:
         groups.append(_Group([], list(param_nodes), roots=loose))
+    needed = _rerun_by_weight_pass(groups, closure, param_nodes, memo)
     handles = []
 
     def keeper(node: Node):
@@ -277,9 +280,13 @@ def split_backward_input(
             handles.append(node.register_prehook(keeper(node)))
         in_closure = [(r, g) for (r, g), n in zip(live, root_nodes) if n in closure]
         if inputs and in_closure:
-            got = torch.autograd.grad([r for r, _ in in_closure], inputs,
-                                      grad_outputs=[g for _, g in in_closure],
-                                      retain_graph=True, allow_unused=True)
+            tracking = census.tracking_input_pass(needed) if census is not None else nullcontext()
+            with tracking:
+                got = torch.autograd.grad([r for r, _ in in_closure], inputs,
+                                          grad_outputs=[g for _, g in in_closure],
+                                          retain_graph=True, allow_unused=True)
+            if census is not None:
+                census.release_input_only()
         else:
             got = tuple(None for _ in inputs)
     finally:
@@ -292,6 +299,30 @@ def split_backward_input(
         if not r._is_view():
             r.detach_()  # the graph above the frontier is not needed by W: free it
     return list(got), WeightPass(groups, accumulators)
+
+
+def _rerun_by_weight_pass(groups: list[_Group], closure: set[Node], params: set[Node],
+                          memo: dict[Node, frozenset[Node]]) -> set[Node]:
+    """The closure nodes W runs again: every frontier node, and, in a group of several, the
+    closure nodes on a path from one of them to the group's parameters (the engine runs
+    those too; the replacing pre-hooks only stop the double count)."""
+    needed: set[Node] = set()
+    for group in groups:
+        needed.update(group.nodes)
+        if len(group.nodes) < 2:
+            continue
+        wanted = set(group.params)
+        stack = list(group.nodes)
+        seen = set(stack)
+        while stack:
+            for child, _ in stack.pop().next_functions:
+                if child is None or child in seen or child not in closure:
+                    continue
+                seen.add(child)
+                if _params_below(child, params, memo) & wanted:
+                    needed.add(child)
+                    stack.append(child)
+    return needed
 
 
 def _fused(live, inputs, accumulators, reason) -> list[torch.Tensor | None]:
@@ -307,25 +338,44 @@ def _fused(live, inputs, accumulators, reason) -> list[torch.Tensor | None]:
 class _Held:
     """A saved tensor as autograd keeps it (the packed object); its death is counted."""
 
-    __slots__ = ("tensor", "__weakref__")
+    __slots__ = ("tensor", "ptr", "used_in_i", "keep", "release", "__weakref__")
 
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
+    def __init__(self, tensor: torch.Tensor, ptr: int) -> None:
+        self.tensor: torch.Tensor | None = tensor
+        self.ptr = ptr
+        self.used_in_i = False  # unpacked by a node while I ran
+        self.keep = False  # unpacked by a node W runs again (a frontier node, or on a path
+        # between two frontier nodes of one group)
+        self.release: weakref.finalize | None = None
+
+
+class DroppedTensorError(RuntimeError):
+    """A saved tensor released after I was asked for by W (a bug in the needed-node set)."""
 
 
 @dataclass
 class SavedTensorCensus:
-    """Bytes of the distinct storages autograd keeps for backward, alive right now.
+    """Bytes of the distinct storages autograd keeps for backward, alive right now; and the
+    release, after I, of the saved tensors only I needed.
 
     Every tensor saved while :meth:`recording` is active is packed into a small holder; when
     autograd drops it (a node ran with ``retain_graph=False``, or the graph died) the holder
     dies and its storage is uncounted once no other holder refers to it. Parameters are not
     counted (they are resident anyway).
+
+    ``retain_graph=True`` would keep every saved tensor until W. While I runs, the holders
+    record which node kind unpacked them (:meth:`tracking_input_pass`): nodes W runs again mark
+    theirs ``keep``. :meth:`release_input_only` then drops the tensors unpacked during I and not
+    kept (attention's probabilities, activation inputs, norms' statistics ...), so what stays
+    until W is what the weight gradients need, as the papers' memory model says (M_W < M_B).
     """
 
     exclude: set[int] = field(default_factory=set)  # storage pointers not counted (parameters)
     refs: dict[int, int] = field(default_factory=dict)
     sizes: dict[int, int] = field(default_factory=dict)
+    holders: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    in_input_pass: bool = False
+    in_needed_node: int = 0
 
     @property
     def live_bytes(self) -> int:
@@ -336,10 +386,11 @@ class SavedTensorCensus:
         ptr = storage.data_ptr()
         if ptr in self.exclude or storage.nbytes() == 0:
             return t
-        held = _Held(t)
+        held = _Held(t, ptr)
         self.refs[ptr] = self.refs.get(ptr, 0) + 1
         self.sizes[ptr] = storage.nbytes()
-        weakref.finalize(held, self._release, ptr)
+        held.release = weakref.finalize(held, self._release, ptr)
+        self.holders.add(held)
         return held
 
     def _release(self, ptr: int) -> None:
@@ -350,11 +401,51 @@ class SavedTensorCensus:
         else:
             self.refs[ptr] = n
 
-    @staticmethod
-    def _unpack(packed):
-        return packed.tensor if isinstance(packed, _Held) else packed
+    def _unpack(self, packed):
+        if not isinstance(packed, _Held):
+            return packed
+        if packed.tensor is None:
+            raise DroppedTensorError("a saved tensor freed after I was needed again in W; "
+                                     "run this stage fused (GraphStageRunner(fused=...))")
+        if self.in_input_pass:
+            packed.used_in_i = True
+            if self.in_needed_node:
+                packed.keep = True
+        return packed.tensor
 
     @contextmanager
     def recording(self) -> Iterator[SavedTensorCensus]:
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             yield self
+
+    @contextmanager
+    def tracking_input_pass(self, needed: Iterable[Node]) -> Iterator[None]:
+        """During I: mark what the ``needed`` nodes (those W runs again) unpack."""
+        def enter(_grads):
+            self.in_needed_node += 1
+
+        def leave(_grad_inputs, _grad_outputs):
+            self.in_needed_node -= 1
+
+        handles = []
+        for node in needed:
+            handles.append(node.register_prehook(enter))
+            handles.append(node.register_hook(leave))
+        self.in_input_pass = True
+        try:
+            yield
+        finally:
+            self.in_input_pass = False
+            self.in_needed_node = 0
+            for h in handles:
+                h.remove()
+
+    def release_input_only(self) -> int:
+        """Drop the tensors only I used; returns the bytes no longer counted."""
+        before = self.live_bytes
+        for held in list(self.holders):
+            if held.used_in_i and not held.keep and held.tensor is not None:
+                held.tensor = None
+                if held.release is not None:
+                    held.release()  # uncount now (the holder itself lives on in the graph)
+        return before - self.live_bytes

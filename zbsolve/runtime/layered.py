@@ -133,7 +133,7 @@ class GraphStageRunner:
             st.out_grad = grad
         else:
             _, st.weights = split_backward_input([st.root], [grad], inputs, self._params,
-                                                 force_fused=self.fused)
+                                                 force_fused=self.fused, census=st.census)
         if st.weights.fallback:
             self.notes.add(st.weights.fallback)
         grad_in = st.x.grad if st.x is not None else None
