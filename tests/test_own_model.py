@@ -280,7 +280,9 @@ def test_loop_pairs_confirm_only_gains_every_run_shows():
     assert r["predicted_diff"] == pytest.approx(6 / 94)
     assert r["measured_diff"] == pytest.approx(5 / 93)  # median of the paired differences
     assert r["measured_min"] == pytest.approx(5 / 95) and r["measured_max"] == pytest.approx(7 / 97)
-    assert r["verdict"] == "confirmed" and r["predicted_gain"].startswith("v1/zb-h1 faster")
+    assert r["verdict"] == "confirmed" and r["faster_predicted"] == "v1/zb-h1"
+    assert r["predicted_gain"] == pytest.approx(6 / 94)
+    assert r["measured_gain"] == pytest.approx(5 / 93) and r["measured_gain_min"] > 0
     assert rows[("v1/1f1b", "v1/zbsolve")]["verdict"] == "NOT confirmed: within run-to-run spread"
     assert rows[("v1/zb-h1", "v1/zbsolve")]["verdict"].startswith("NOT confirmed: measured the other")
     assert rows[("v1/1f1b", "v2/zb-v")]["verdict"].startswith("not judged (1 run")

@@ -276,43 +276,50 @@ def _step_times(p: Planned) -> list[float]:
 
 
 def pair_rows(planned: list[Planned]) -> list[dict[str, Any]]:
-    """For each pair (a, b): predicted and measured relative difference of a against b.
+    """For each pair (a, b): predicted and measured difference, and whether the gain holds.
 
-    ``diff = (a - b) / b`` (negative: a is faster). The measured difference is taken run by run
-    (run i of a against run i of b: the runs are interleaved, so both saw the same machine),
-    reported as the median with its min..max over the runs. A predicted gain is *confirmed*
-    when every run shows a on the predicted side of b, *not confirmed* when the runs disagree
-    with it or straddle zero; with fewer than ``MIN_RUNS_FOR_SPREAD`` runs it is not judged.
+    ``diff = (a - b) / b`` (negative: a is faster), predicted from the simulator, measured run
+    by run (run i of a against run i of b: the runs are interleaved, so both saw the same
+    machine) as the median with its min..max. ``gain`` is the same comparison seen from the
+    schedule predicted faster: (slower - faster) / faster, so a confirmed gain is positive. A
+    predicted gain is *confirmed* when every run shows it, *not confirmed* when every run shows
+    the opposite or the runs straddle zero; with fewer than ``MIN_RUNS_FOR_SPREAD`` runs it is
+    not judged.
     """
     out = []
     for i, a in enumerate(planned):
         for b in planned[i + 1:]:
             ta, tb = _step_times(a), _step_times(b)
             n = min(len(ta), len(tb))
-            if not n or not b.predicted_ms:
+            if not n or not b.predicted_ms or not a.predicted_ms:
                 continue
             pred = (a.predicted_ms - b.predicted_ms) / b.predicted_ms
             diffs = sorted((ta[k] - tb[k]) / tb[k] for k in range(n))
-            med = statistics.median(diffs)
+            a_fast = pred < 0
+            fast, slow = (a, b) if a_fast else (b, a)
+            t_fast, t_slow = (ta, tb) if a_fast else (tb, ta)
+            gains = sorted((t_slow[k] - t_fast[k]) / t_fast[k] for k in range(n))
+            pred_gain = (slow.predicted_ms - fast.predicted_ms) / fast.predicted_ms
             if abs(pred) < 1e-9:
                 verdict = "tie predicted"
             elif n < MIN_RUNS_FOR_SPREAD:
                 verdict = f"not judged ({n} run(s); need {MIN_RUNS_FOR_SPREAD})"
-            elif all(d * pred > 0 for d in diffs):
+            elif all(g > 0 for g in gains):
                 verdict = "confirmed"
-            elif all(d * pred < 0 for d in diffs):
+            elif all(g < 0 for g in gains):
                 verdict = "NOT confirmed: measured the other way in every run"
             else:
                 verdict = "NOT confirmed: within run-to-run spread"
-            faster, slower = (a, b) if pred < 0 else (b, a)
             out.append({
                 "a": a.label, "b": b.label,
                 "predicted_diff": pred,
-                "measured_diff": med,
+                "measured_diff": statistics.median(diffs),
                 "measured_min": diffs[0], "measured_max": diffs[-1],
                 "runs": n,
-                "predicted_gain": f"{faster.label} faster than {slower.label} by "
-                                  f"{abs(pred):.1%}" if abs(pred) >= 1e-9 else "none",
+                "faster_predicted": fast.label if abs(pred) >= 1e-9 else "",
+                "predicted_gain": pred_gain if abs(pred) >= 1e-9 else 0.0,
+                "measured_gain": statistics.median(gains),
+                "measured_gain_min": gains[0], "measured_gain_max": gains[-1],
                 "verdict": verdict,
             })
     return out
@@ -360,11 +367,14 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += ["", "Pairs: diff = (a - b) / b, negative = a faster; measured run by run "
                   "(median, min..max over runs). A predicted gain is confirmed only when every "
                   "run shows it.", "",
-                  "| a | b | predicted | measured | spread | runs | verdict |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "| a | b | predicted (a-b)/b | measured (a-b)/b | spread | runs | predicted "
+                  "faster | its gain: predicted | measured (spread) | verdict |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {q['a']} | {q['b']} | {q['predicted_diff']:+.1%} | "
                   f"{q['measured_diff']:+.1%} | {q['measured_min']:+.1%}..{q['measured_max']:+.1%}"
-                  f" | {q['runs']} | {q['verdict']} |" for q in pairs]
+                  f" | {q['runs']} | {q['faster_predicted'] or '-'} | {q['predicted_gain']:+.1%}"
+                  f" | {q['measured_gain']:+.1%} ({q['measured_gain_min']:+.1%}.."
+                  f"{q['measured_gain_max']:+.1%}) | {q['verdict']} |" for q in pairs]
     ratio = ", ".join(f"{k} {v:.3f}" for k, v in summary["work_ratio_to_first_layout"].items())
     lines += ["", f"Profile consistency: F+I+W of the whole model per microbatch, relative to "
               f"the first layout: {ratio} (the same model cut two ways; far from 1 = the "
