@@ -37,10 +37,12 @@ trusted and ``split_backward_input`` returns a fused plan (I = the whole backwar
 whose ``fallback`` says why. The profiler also checks every layer by FLOP counts and falls
 back, saying so, when I + W exceeds one backward.
 
-**Memory.** ``retain_graph=True`` keeps every saved tensor of the graph until W, not only what
-the weight gradients need (autograd frees saved tensors per node, and frontier nodes hold their
-inputs). :class:`SavedTensorCensus` counts the saved storages that are really alive, so what a
-profile writes as "kept until W" is measured, not assumed.
+**Memory.** ``retain_graph=True`` would keep every saved tensor of the graph until W. With the
+:class:`SavedTensorCensus` that recorded the forward, I notes which saved tensors the nodes W
+runs again unpack, and afterwards frees the others (attention's internals, activation-function
+inputs, norm statistics): what stays until W is what the weight gradients need, plus the
+gradients kept at the frontier. The census counts the storages really alive, so what a profile
+writes as "kept until W" is measured, not assumed.
 """
 
 from __future__ import annotations
