@@ -107,3 +107,19 @@ def test_torchtitan_builder_runs_our_csv_and_split(tmp_path):
         for n, p in model.named_parameters():
             diff = (torch.tensor(got[n]) - p.grad).abs().max() / p.grad.abs().max()
             assert diff < 1e-5, (k, n, float(diff))
+
+
+def test_export_says_when_a_torch_builtin_already_reaches_the_schedule(tmp_path):
+    from zbsolve.export.stacks import StackExportError, export_torchtitan
+
+    inst = make_instance(p=4, m=8, meta={"split": [2, 1, 1, 2]})
+    out = export_torchtitan(inst, generate("1f1b", inst), tmp_path / "a")
+    assert out["builtin"]["torch_class"] in ("Schedule1F1B", "ScheduleGPipe")
+    assert "no CSV needed" in out["builtin_note"]
+    out = export_torchtitan(inst, generate("zb-h1", inst), tmp_path / "b")
+    assert out["builtin"] is None and "use the CSV" in out["builtin_note"]
+    bare = make_instance(p=4, m=8)
+    with pytest.raises(StackExportError, match="carries no layer split"):
+        export_torchtitan(bare, generate("zb-h1", bare), tmp_path / "c")
+    with pytest.raises(StackExportError, match="expected 4 counts"):
+        export_torchtitan(bare, generate("zb-h1", bare), tmp_path / "c", split_text="3,3")
