@@ -347,3 +347,16 @@ def test_module_spec_profiles_and_runs_on_2_ranks():
         spec_from_flags(module="own_module_example:nope").build()
     with pytest.raises(ModelSpecError, match="apply to --hf only"):
         spec_from_flags(module="own_module_example:build", layers=4)
+
+
+def test_runner_fuses_the_stages_the_profile_fell_back_on():
+    from zbsolve.runtime.iw_split import MemoryTracker
+    from zbsolve.runtime.models import spec_from_flags
+    from zbsolve.runtime.workload import workload_for
+
+    spec = spec_from_flags(module="own_module_example:build").to_dict()
+    work = workload_for(spec, 2, {"meta": {"split": [2, 2], "fallbacks": {"1": "I + W > B"}}})
+    runners = [work.make_runner(work.stages[s], s, 2, work.loss_fn, 0.25, MemoryTracker())
+               for s in range(2)]
+    assert runners[0].fused == "1: I + W > B" and runners[1].fused == ""
+    assert work.split == [2, 2]

@@ -54,6 +54,7 @@ def instance_for_profile(profile: LayerProfile, req: InstanceRequest, *, threads
         comm, p2p_info = p2p.one_way_ms.median, p2p.to_dict()
     limit = None if req.memory_limit is None else req.memory_limit / GIB
     extra = {"layer_names": [c.name for c in profile.layers], "p2p": p2p_info,
+             "fallbacks": dict(profile.meta.get("fallbacks", {})),
              "model_spec": profile.meta.get("spec"), "units": {"time": "ms", "memory": "GiB"}}
     return profile.to_instance(split, devices=req.devices, microbatches=req.microbatches,
                                chunks=req.chunks, placement=req.placement, comm=comm,

@@ -135,7 +135,7 @@ class GraphStageRunner:
             _, st.weights = split_backward_input([st.root], [grad], inputs, self._params,
                                                  force_fused=self.fused, census=st.census)
         if st.weights.fallback:
-            self.notes.add(st.weights.fallback)
+            self.notes.add(f"stage {self.index}: backward fused: {st.weights.fallback}")
         grad_in = st.x.grad if st.x is not None else None
         st.x = None
         if st.lead is None or st.cut is not None:

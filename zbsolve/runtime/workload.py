@@ -64,9 +64,12 @@ def gpt_workload(model: dict[str, Any], n_stages: int) -> Workload:
         key=("gpt", cfg))
 
 
-def layered_workload(model: dict[str, Any], n_stages: int,
-                     split: list[int] | None = None) -> Workload:
-    """A layered model cut by ``split`` (the table's ``instance.meta.split``) or evenly."""
+def layered_workload(model: dict[str, Any], n_stages: int, split: list[int] | None = None,
+                     fallbacks: dict[str, str] | None = None) -> Workload:
+    """A layered model cut by ``split`` (the table's ``instance.meta.split``) or evenly.
+
+    ``fallbacks`` (layer name -> reason, the profile's): a stage holding such a layer runs its
+    backward fused, as the profile measured it."""
     from zbsolve.runtime.layered import GraphStageRunner
     from zbsolve.runtime.models import ModelSpec, ModelSpecError, spec_summary
 
@@ -80,8 +83,15 @@ def layered_workload(model: dict[str, Any], n_stages: int,
     def reference(m: int, steps: int, lr: float, device: torch.device) -> ReferenceRun:
         return run_layered_reference(spec, m, steps, lr, device)
 
+    fused = {}
+    for index, stage in enumerate(stages):
+        reasons = [f"{name}: {fallbacks[name]}" for name in stage.names if name in (fallbacks or {})]
+        if reasons:
+            fused[index] = "; ".join(reasons)
+
     def make_runner(module, index, n, loss_fn, scale, memory):
-        return GraphStageRunner(module, index, n, loss_fn, scale, memory)
+        return GraphStageRunner(module, index, n, loss_fn, scale, memory,
+                                fused=fused.get(index, ""))
 
     import json
     return Workload(
@@ -94,8 +104,8 @@ def layered_workload(model: dict[str, Any], n_stages: int,
 def workload_for(model: dict[str, Any], n_stages: int, table_instance: dict[str, Any]) -> Workload:
     if not is_layered(model):
         return gpt_workload(model, n_stages)
-    split = (table_instance.get("meta") or {}).get("split")
-    return layered_workload(model, n_stages, split)
+    meta = table_instance.get("meta") or {}
+    return layered_workload(model, n_stages, meta.get("split"), meta.get("fallbacks"))
 
 
 def run_layered_reference(spec, microbatches: int, steps: int = 2, lr: float = DEFAULT_LR,
