@@ -19,8 +19,10 @@ def register(sub) -> None:
     parser = sub.add_parser(
         "run", help="run an executor table on a GPT model with torch.distributed; prove gradients")
     parser.add_argument("table", help="executor table JSON (zbsolve export --format executor)")
-    parser.add_argument("--model", default="gpt-tiny",
-                        help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default gpt-tiny)")
+    parser.add_argument("--model", default=None,
+                        help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default "
+                             "gpt-tiny, or the model the table's instance was profiled from by "
+                             "zbsolve profile --hf/--module)")
     for name in ("layers", "hidden", "heads", "seq", "vocab"):
         parser.add_argument(f"--{name}", type=int, help=f"override the preset's {name}")
     parser.add_argument("--microbatch-size", type=int, help="sequences per microbatch")
@@ -98,6 +100,14 @@ def handle(args) -> int:
     from zbsolve.cli.profile import own_model_spec
 
     spec = own_model_spec(args)
+    carried = (table.instance.get("meta") or {}).get("model_spec")
+    sized = any(getattr(args, k) is not None for k in ("layers", "hidden", "heads", "seq",
+                                                        "vocab", "microbatch_size"))
+    if spec is None and args.model is None and not sized and carried:
+        from zbsolve.runtime.models import ModelSpec
+
+        spec = ModelSpec.from_dict(carried)  # the model the instance was profiled from
+    args.model = args.model or "gpt-tiny"
     if spec is not None:
         cfg = spec.to_dict()
     else:
