@@ -322,25 +322,15 @@ def test_cli_profile_hf_export_torchtitan_and_megatron(tmp_path, capsys):
     assert meg["flags"]["--pipeline-model-parallel-layout"] == "Et|t*3L"
 
 
-@pytest.mark.slow
-def test_module_spec_profiles_and_runs_on_2_ranks():
-    from conftest import make_instance
-
-    from zbsolve.baselines import generate
-    from zbsolve.export.executor import lower
+def test_module_spec_profiles_and_refuses_bad_targets():
+    """(Its 2-rank run is in tests/test_hf_runtime.py, in the same launch as the HF model.)"""
     from zbsolve.profiler.layers import profile_spec
-    from zbsolve.runtime.launch import run_jobs
     from zbsolve.runtime.models import ModelSpecError, spec_from_flags
-    from zbsolve.runtime.runner import Job, RunOptions
 
     spec = spec_from_flags(module="own_module_example:build")
     prof = profile_spec(spec, warmup=0, repeats=1)
     assert [c.name for c in prof.layers] == ["0", "1", "2", "3"]
     assert set(flop_ratios(prof).values()) == {1.0}
-    inst = make_instance(p=2, m=4, meta={"split": [2, 2]})
-    job = Job(lower(inst, generate("zb-h1", inst)).to_dict(), spec.to_dict(), label="module")
-    (report,) = run_jobs([job], 2, RunOptions(steps=2, timeout_s=60))
-    assert report["ok"] and report["max_rel_diff"] <= 1e-5 and report["split"] == [2, 2]
     with pytest.raises(ModelSpecError, match="expected pkg.mod:function"):
         spec_from_flags(module="own_module_example.build").build()
     with pytest.raises(ModelSpecError, match="has no function"):
@@ -360,3 +350,20 @@ def test_runner_fuses_the_stages_the_profile_fell_back_on():
                for s in range(2)]
     assert runners[0].fused == "1: I + W > B" and runners[1].fused == ""
     assert work.split == [2, 2]
+
+
+def test_run_takes_the_model_the_instance_was_profiled_from():
+    from types import SimpleNamespace
+
+    from zbsolve.cli.run import model_for
+
+    carried = {"kind": "module", "target": "own_module_example:build", "seed": 0}
+    table = SimpleNamespace(instance={"meta": {"model_spec": carried}})
+    flags = dict(hf=None, module_target=None, model=None, layers=None, hidden=None, heads=None,
+                 seq=None, vocab=None, microbatch_size=None, seed=0)
+    spec, cfg = model_for(SimpleNamespace(**flags), table)
+    assert spec is not None and cfg == carried
+    spec, cfg = model_for(SimpleNamespace(**{**flags, "model": "gpt-tiny"}), table)
+    assert spec is None and cfg["layers"] == 8  # an explicit --model wins
+    spec, cfg = model_for(SimpleNamespace(**flags), SimpleNamespace(instance={}))
+    assert spec is None and cfg["hidden"] == 64  # nothing carried: the GPT, as before

@@ -83,7 +83,6 @@ def handle(args) -> int:
     from zbsolve.export.executor import instance_of, load_table, schedule_from_table
     from zbsolve.export.p2p_check import require_safe
     from zbsolve.runtime.launch import RankFailed, in_torchrun, run_jobs
-    from zbsolve.runtime.model import GPTConfig
     from zbsolve.runtime.reference import DEFAULT_LR
     from zbsolve.runtime.runner import Job, RunOptions, check_table
     from zbsolve.simulate import simulate
@@ -97,23 +96,8 @@ def handle(args) -> int:
     # Before anything runs: the compute order is a valid schedule and the P2P cannot deadlock.
     simulate(instance_of(table), schedule_from_table(table))
     require_safe(table, modes=("batched",))
-    from zbsolve.cli.profile import own_model_spec
 
-    spec = own_model_spec(args)
-    carried = (table.instance.get("meta") or {}).get("model_spec")
-    sized = any(getattr(args, k) is not None for k in ("layers", "hidden", "heads", "seq",
-                                                        "vocab", "microbatch_size"))
-    if spec is None and args.model is None and not sized and carried:
-        from zbsolve.runtime.models import ModelSpec
-
-        spec = ModelSpec.from_dict(carried)  # the model the instance was profiled from
-    args.model = args.model or "gpt-tiny"
-    if spec is not None:
-        cfg = spec.to_dict()
-    else:
-        cfg = GPTConfig.preset(
-            args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
-            vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed).to_dict()
+    spec, cfg = model_for(args, table)
     world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
     check_table(table, world, cfg)
     device, backend, note = _plan_device(args, world)
@@ -148,6 +132,27 @@ def handle(args) -> int:
         print_report(report)
         print(verdict)
     return 0 if report["ok"] else EXIT_MISMATCH
+
+
+def model_for(args, table):
+    """(spec or None, the job's model dict): ``--hf``/``--module``; else, with no model flags,
+    the model the table's instance was profiled from (``meta.model_spec``); else the GPT."""
+    from zbsolve.cli.profile import own_model_spec
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.models import ModelSpec
+
+    spec = own_model_spec(args)
+    carried = (table.instance.get("meta") or {}).get("model_spec")
+    sized = any(getattr(args, k) is not None for k in ("layers", "hidden", "heads", "seq",
+                                                        "vocab", "microbatch_size"))
+    if spec is None and args.model is None and not sized and carried:
+        spec = ModelSpec.from_dict(carried)
+    args.model = args.model or "gpt-tiny"
+    if spec is not None:
+        return spec, spec.to_dict()
+    return None, GPTConfig.preset(
+        args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
+        vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed).to_dict()
 
 
 def verdict_line(report: dict) -> str:
