@@ -11,7 +11,7 @@ DEFAULT := instances/default.yaml
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,torch,ray]'
+	$(PY) -m pip install -q -e '.[dev,torch,ray,hf,titan]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check zbsolve tests examples
-	$(PY) -c "import torch, nbclient, ipykernel, ray"  # the torch, notebook and ray tests must run, not skip
+	$(PY) -c "import torch, nbclient, ipykernel, ray, transformers, torchtitan"  # those tests must run, not skip
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)  # writes a new ./zbsolve-bench-DATE-TIME/ (--out results/bench refreshes the committed run)

@@ -31,6 +31,7 @@ _FUNCTIONS = {
     "Schedule": ("zbsolve.schedule", "Schedule"),
     "solve": ("zbsolve.solver", "solve"),
     "SolveOptions": ("zbsolve.solver", "SolveOptions"),
+    "profile_layers": ("zbsolve.profiler.layers", "profile_layers"),  # needs torch
 }
 _MODULES = ("baselines", "simulate", "export")
 

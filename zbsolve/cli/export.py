@@ -10,6 +10,8 @@ from __future__ import annotations
 from zbsolve.cli.common import add_json, instance_for, print_json
 from zbsolve.export import FORMATS
 
+STACKS = ("torchtitan", "megatron")  # training stacks: zbsolve.export.stacks
+
 
 def register(sub) -> None:
     parser = sub.add_parser("export", help="write a schedule for a runtime or a trace viewer")
@@ -17,9 +19,17 @@ def register(sub) -> None:
     parser.add_argument("--instance", help="instance file (YAML or JSON); optional for schedules "
                         "that carry theirs ('zbsolve solve' output, sweep schedule files, "
                         "executor tables; default: the one the schedule carries)")
-    parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt",
-                        help=" | ".join(FORMATS) + " (required; torch-csv-ext: our extended CSV)")
-    parser.add_argument("-o", "--output", required=True, help="file to write (required)")
+    parser.add_argument("--format", required=True, choices=FORMATS + STACKS, dest="fmt",
+                        help=" | ".join(FORMATS) + " | torchtitan (a folder: CSV, TOML, CLI "
+                             "overrides, command) | megatron (layout flags; its schedule "
+                             "cannot be loaded there) (required; torch-csv-ext: our extended "
+                             "CSV)")
+    parser.add_argument("-o", "--output", required=True,
+                        help="file to write (torchtitan: a folder; required)")
+    parser.add_argument("--split", help="torchtitan/megatron: layers per logical stage, e.g. "
+                        "3,2,2,3 (default: the instance's meta.split)")
+    parser.add_argument("--microbatch-size", type=int, default=1,
+                        help="torchtitan: sequences per microbatch (1)")
     parser.add_argument("--fuse-bw", action="store_true",
                         help="fuse each I immediately followed by its W into one B")
     add_json(parser)
@@ -32,9 +42,28 @@ def handle(args) -> int:
 
     sched = load_schedule(args.schedule)
     inst = instance_for(args.instance, sched)
+    if args.fmt in STACKS:
+        return _export_stack(args, inst, sched)
     report = write(inst, sched, args.fmt, args.output, fuse_bw=args.fuse_bw)
     if args.json:
         print_json(report.to_dict())
     else:
         print(report.line())
+    return 0
+
+
+def _export_stack(args, inst, sched) -> int:
+    from zbsolve.export import stacks
+
+    if args.fmt == "torchtitan":
+        out = stacks.export_torchtitan(inst, sched, args.output, split_text=args.split,
+                                       microbatch_size=args.microbatch_size)
+        lines = [f"wrote {', '.join(out['files'])}", out["builtin_note"], "run:", out["command"]]
+    else:
+        out = stacks.export_megatron(inst, sched, args.output, split_text=args.split)
+        lines = [out["command_line"], out["note"], out["builtin_note"], f"wrote {args.output}"]
+    if args.json:
+        print_json(out)
+    else:
+        print("\n".join(lines))
     return 0

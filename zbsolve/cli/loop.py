@@ -78,6 +78,13 @@ def handle(args) -> int:
 
         out = Path(output)
         print(f"wrote {out / 'loop.csv'}, loop.md, loop.json, instances and tables")
+    for q in summary.get("pairs", []):
+        if q["verdict"].startswith("NOT"):
+            other = q["b"] if q["faster_predicted"] == q["a"] else q["a"]
+            print(f"predicted gain not confirmed: {q['faster_predicted']} predicted "
+                  f"{q['predicted_gain']:.1%} faster than {other}, measured "
+                  f"{q['measured_gain']:+.1%} ({q['measured_gain_min']:+.1%}.."
+                  f"{q['measured_gain_max']:+.1%} over {q['runs']} runs)", file=sys.stderr)
     bad = [r["schedule"] for r in summary["rows"] if not r["grads_ok"]]
     if bad:
         print(f"gradients differ from the reference for: {', '.join(bad)}", file=sys.stderr)

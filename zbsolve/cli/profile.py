@@ -1,5 +1,11 @@
 """``zbsolve profile --model gpt ... -o instance.yaml``: measure a torch model into an instance.
 
+Your own model: ``--hf llama|mixtral|...|config.json`` (a Hugging Face causal LM built from a
+config, random weights, no network) or ``--module pkg.mod:build`` (a function returning
+``(layers, example_input, loss_fn)``) measures every layer (F, I, W, B, memory) and writes a
+layer profile (``--layer-profile FILE``) and/or an instance for a layer split (``-o``, with
+``--devices``, ``--microbatches`` and ``--split`` or the default even split).
+
 Prints the measured vs analytic table; writes the instance (times in ms, memory in MiB) with the
 spread and the analytic estimate under ``meta``. With ``--round DIGITS`` the file at ``-o`` holds
 times rounded to DIGITS significant digits and the unrounded medians are written beside it as
@@ -41,13 +47,46 @@ def model_config(args: argparse.Namespace):
     return GPTConfig.preset(name, **overrides)
 
 
+def add_own_model_args(parser: argparse.ArgumentParser) -> None:
+    """``--hf`` / ``--module`` and the sizes only an HF config has (shared with ``run``)."""
+    parser.add_argument("--hf", metavar="FAMILY|CONFIG.JSON",
+                        help="a Hugging Face causal LM built offline from a config: a family "
+                             "(llama, mistral, qwen2, qwen3, mixtral, qwen2-moe, qwen3-moe, "
+                             "olmoe) sized by the flags, or a local config.json (flags override; default: "
+                             "the built-in GPT presets)")
+    parser.add_argument("--module", dest="module_target", metavar="PKG.MOD:BUILD",
+                        help="your model: a function returning (layers, example_input, loss_fn) "
+                             "(default: none)")
+    parser.add_argument("--kv-heads", type=int, help="--hf: key/value heads (default: the family's)")
+    parser.add_argument("--intermediate", type=int, help="--hf: MLP intermediate size (default: the family's)")
+    parser.add_argument("--experts", type=int, help="--hf MoE: experts per layer (default: the family's)")
+    parser.add_argument("--experts-per-token", type=int, help="--hf MoE: experts per token (default: the family's)")
+    parser.add_argument("--moe-intermediate", type=int, help="--hf MoE (qwen): expert MLP size (default: the family's)")
+
+
+def own_model_spec(args: argparse.Namespace):
+    """The ModelSpec of ``--hf``/``--module`` (None when neither is given: the GPT)."""
+    target = getattr(args, "module_target", None)
+    if getattr(args, "hf", None) is None and target is None:
+        return None
+    from zbsolve.runtime.models import spec_from_flags
+
+    if args.hf is not None:
+        sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads",
+                                               "intermediate", "vocab", "experts",
+                                               "experts_per_token", "moe_intermediate")}
+        return spec_from_flags(hf=args.hf, seq=args.seq, microbatch_size=args.microbatch_size,
+                               seed=getattr(args, "seed", 0) or 0, **sizes)
+    return spec_from_flags(module=target, seed=getattr(args, "seed", 0) or 0)
+
+
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
-    parser.add_argument("--devices", type=int, required=True, help="pipeline devices p (required)")
-    parser.add_argument("--chunks", type=int, default=1, help="chunks per device v")
-    parser.add_argument("--microbatches", type=int, required=True, help="microbatches m (required)")
+    parser.add_argument("--devices", type=int, help="pipeline devices p (needed for -o; default: none)")
+    parser.add_argument("--chunks", type=int, default=1, help="chunks per device v (1)")
+    parser.add_argument("--microbatches", type=int, help="microbatches m (needed for -o; default: none)")
     parser.add_argument("--placement", choices=("loop", "v"), default="loop",
-                        help="stage placement with chunks > 1: loop or v (zig-zag)")
+                        help="stage placement with chunks > 1: loop or v (zig-zag) (loop)")
     parser.add_argument("--repeats", type=int, default=10,
                         help="timed samples per stage; the median is written")
     parser.add_argument("--warmup", type=int, default=3, help="discarded samples first")
@@ -76,10 +115,17 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("profile", help="measure a GPT model into an instance file")
+    parser = sub.add_parser("profile", help="measure a torch model (the GPT, an HF config, "
+                            "your module) into an instance file or a layer profile")
     add_profile_args(parser)
-    parser.add_argument("-o", "--output", required=True,
-                        help="instance file to write (.yaml or .json; required)")
+    add_own_model_args(parser)
+    parser.add_argument("-o", "--output", help="instance file to write (.yaml or .json; default: none)")
+    parser.add_argument("--layer-profile", metavar="FILE",
+                        help="--hf/--module: write the per-layer profile (JSON) here (default: none)")
+    parser.add_argument("--split", help="--hf/--module: layers per logical stage for -o, e.g. "
+                        "3,2,2,3 (default: first and last layer with the end stages, the rest "
+                        "even)")
+    parser.add_argument("--seed", type=int, default=0, help="--hf/--module: model seed (0)")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -126,10 +172,70 @@ def write_instances(run, output: str, round_digits: int | None) -> list[Path]:
     return written
 
 
+def handle_own_model(args, spec, command: str) -> int:
+    from zbsolve.profiler.layers import profile_spec
+    from zbsolve.profiler.own_model import (
+        InstanceRequest,
+        instance_for_profile,
+        parse_split,
+        summary_rows,
+        write_profile,
+    )
+    from zbsolve.profiler.units import parse_size
+    from zbsolve.profiler.writer import format_table
+
+    if not args.output and not args.layer_profile:
+        raise ValueError("--hf/--module: nothing to write; give -o INSTANCE (with --devices and "
+                         "--microbatches) and/or --layer-profile FILE")
+    if args.output and (args.devices is None or args.microbatches is None):
+        raise ValueError("-o: an instance needs --devices and --microbatches")
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        prof = profile_spec(spec, warmup=args.warmup, repeats=args.repeats, device=args.device,
+                            clock=args.clock, interval=args.sample_interval)
+    finally:
+        torch.set_num_threads(previous)
+    prof.meta["command"] = command
+    written = []
+    if args.layer_profile:
+        written.append(str(write_profile(prof, args.layer_profile)))
+    if args.output:
+        from zbsolve.instance import load_instance
+
+        req = InstanceRequest(args.devices, args.microbatches, args.chunks, args.placement,
+                              parse_split(args.split),
+                              parse_size(args.memory_limit) if args.memory_limit else None,
+                              args.p2p, args.name)
+        inst = instance_for_profile(prof, req, threads=args.threads)
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        inst.dump(args.output)
+        load_instance(args.output)
+        written.append(args.output)
+    rows = summary_rows(prof)
+    if args.json:
+        print_json({"written": written, "layers": rows, "source": prof.source,
+                    "fallbacks": prof.meta.get("fallbacks", {})})
+        return 0
+    print(f"{prof.meta.get('model')}: {prof.source}")
+    print(format_table(rows))
+    print("wrote " + ", ".join(written))
+    return 0
+
+
 def handle(args) -> int:
     from zbsolve.profiler.writer import analytic, comparison_rows, format_table
 
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    spec = own_model_spec(args)
+    if spec is not None:
+        return handle_own_model(args, spec, command)
+    for flag in ("output", "devices", "microbatches"):
+        if getattr(args, flag) is None:
+            raise ValueError(f"--{flag if flag != 'output' else 'output/-o'}: required for the "
+                             "built-in GPT (--model)")
     run = run_profile(args, command)
     written = write_instances(run, args.output, args.round)
     if args.json:

@@ -19,14 +19,19 @@ def register(sub) -> None:
     parser = sub.add_parser(
         "run", help="run an executor table on a GPT model with torch.distributed; prove gradients")
     parser.add_argument("table", help="executor table JSON (zbsolve export --format executor)")
-    parser.add_argument("--model", default="gpt-tiny",
-                        help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default gpt-tiny)")
+    parser.add_argument("--model", default=None,
+                        help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default "
+                             "gpt-tiny, or the model the table's instance was profiled from by "
+                             "zbsolve profile --hf/--module)")
     for name in ("layers", "hidden", "heads", "seq", "vocab"):
         parser.add_argument(f"--{name}", type=int,
                             help=f"override the preset's {name} (default: the preset's)")
     parser.add_argument("--microbatch-size", type=int,
                         help="sequences per microbatch (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    from zbsolve.cli.profile import add_own_model_args
+
+    add_own_model_args(parser)  # --hf / --module: run your model's stages instead of the GPT
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
     parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
     parser.add_argument("--backend", choices=("gloo", "nccl"),
@@ -80,7 +85,6 @@ def handle(args) -> int:
     from zbsolve.export.executor import instance_of, load_table, schedule_from_table
     from zbsolve.export.p2p_check import require_safe
     from zbsolve.runtime.launch import RankFailed, in_torchrun, run_jobs
-    from zbsolve.runtime.model import GPTConfig
     from zbsolve.runtime.reference import DEFAULT_LR
     from zbsolve.runtime.runner import Job, RunOptions, check_table
     from zbsolve.simulate import simulate
@@ -94,9 +98,8 @@ def handle(args) -> int:
     # Before anything runs: the compute order is a valid schedule and the P2P cannot deadlock.
     simulate(instance_of(table), schedule_from_table(table))
     require_safe(table, modes=("batched",))
-    cfg = GPTConfig.preset(
-        args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
-        vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed)
+
+    spec, cfg = model_for(args, table)
     world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
     check_table(table, world, cfg)
     device, backend, note = _plan_device(args, world)
@@ -110,7 +113,7 @@ def handle(args) -> int:
 
             csv_path = os.path.join(tmp, f"{table.schedule_name}.csv")
             write_csv_for(table, csv_path)
-        job = Job(table.to_dict(), cfg.to_dict(), engine=args.engine, torch_csv=csv_path,
+        job = Job(table.to_dict(), cfg, engine=args.engine, torch_csv=csv_path,
                   trace=os.path.abspath(args.trace) if args.trace else None,
                   label=table.schedule_name)
         try:
@@ -124,7 +127,7 @@ def handle(args) -> int:
     if args.trace:
         report["trace"] = args.trace  # as given: the ranks were handed the absolute path
     report["note"] = note
-    report["model_preset"] = args.model
+    report["model_preset"] = args.model if spec is None else spec.kind
     verdict = verdict_line(report)
     if args.json:
         print_json(report)
@@ -145,6 +148,27 @@ def mark_unmeasured(report: dict) -> dict:
     else:
         report["memory_measured"] = True
     return report
+
+
+def model_for(args, table):
+    """(spec or None, the job's model dict): ``--hf``/``--module``; else, with no model flags,
+    the model the table's instance was profiled from (``meta.model_spec``); else the GPT."""
+    from zbsolve.cli.profile import own_model_spec
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.models import ModelSpec
+
+    spec = own_model_spec(args)
+    carried = (table.instance.get("meta") or {}).get("model_spec")
+    sized = any(getattr(args, k) is not None for k in ("layers", "hidden", "heads", "seq",
+                                                        "vocab", "microbatch_size"))
+    if spec is None and args.model is None and not sized and carried:
+        spec = ModelSpec.from_dict(carried)
+    args.model = args.model or "gpt-tiny"
+    if spec is not None:
+        return spec, spec.to_dict()
+    return None, GPTConfig.preset(
+        args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
+        vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed).to_dict()
 
 
 def verdict_line(report: dict) -> str:
@@ -169,9 +193,14 @@ def print_report(r: dict) -> None:
     print(f"{r['schedule']} on {r['ranks']} ranks ({r['backend']}, {r['device']}), "
           f"{r['stages']} stages, m={r['microbatches']}, engine {r['engine']}, {r['steps']} steps "
           f"- {r['note']}")
-    print(f"model {r['model_preset']}: layers {m['layers']}, hidden {m['hidden']}, heads "
-          f"{m['heads']}, seq {m['seq']}, vocab {m['vocab']}, microbatch size "
-          f"{m['microbatch_size']}")
+    if "layers" in m:
+        print(f"model {r['model_preset']}: layers {m['layers']}, hidden {m['hidden']}, heads "
+              f"{m['heads']}, seq {m['seq']}, vocab {m['vocab']}, microbatch size "
+              f"{m['microbatch_size']}")
+    else:
+        print(f"model {r['model_preset']}: {m}; layers per stage {r.get('split')}")
+    for note in r.get("notes", []):
+        print(f"note: {note}")
     print(f"loss per step {[round(x, 6) for x in r['losses']]} (reference "
           f"{[round(x, 6) for x in r['reference_losses']]})")
     t = r["timing"]

@@ -1,4 +1,7 @@
-"""Per-rank executor: run an executor table's action list on the GPT stages of this rank.
+"""Per-rank executor: run an executor table's action list on the model stages of this rank.
+
+The model is the runner's GPT or any layered model (a Hugging Face causal LM, a user's module
+list): :mod:`zbsolve.runtime.workload` hides which.
 
 The rank runs its list in order and nothing else decides anything: F keeps what backward needs;
 I computes the input gradient only and keeps what W needs; W accumulates the weight gradients
@@ -22,14 +25,7 @@ import torch.distributed as dist
 from zbsolve.export.executor import Action, ExecutorTable
 from zbsolve.runtime.iw_split import MemoryTracker, StageRunner
 from zbsolve.runtime.measure import Clock, Timing, chrome_trace, summarize
-from zbsolve.runtime.model import (
-    GPTConfig,
-    build_stage_modules,
-    layer_split,
-    lm_loss,
-    make_batch,
-    microbatch,
-)
+from zbsolve.runtime.model import GPTConfig, layer_split
 from zbsolve.runtime.p2p import P2P
 from zbsolve.runtime.reference import (
     DEFAULT_LR,
@@ -37,8 +33,8 @@ from zbsolve.runtime.reference import (
     StepRecord,
     compare,
     make_optimizer,
-    run_reference,
 )
+from zbsolve.runtime.workload import Workload, is_layered, workload_for
 
 ENGINES = ("ours", "torch")
 _DEBUG = bool(os.environ.get("ZBSOLVE_RUN_DEBUG"))
@@ -70,7 +66,7 @@ class Job:
     """One table to run in an already started process group."""
 
     table: dict[str, Any]
-    model: dict[str, int]  # GPTConfig fields
+    model: dict[str, Any]  # GPTConfig fields, or a ModelSpec dict (with "kind")
     engine: str = "ours"
     torch_csv: str | None = None  # engine torch: path of the compute-only torch CSV
     trace: str | None = None  # write the Perfetto trace here (rank 0)
@@ -85,7 +81,7 @@ class RankContext:
     opts: RunOptions
 
 
-def check_table(table: ExecutorTable, world: int, cfg: GPTConfig) -> None:
+def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any]) -> None:
     """Refuse, before anything runs, a table that cannot run on this launch and model."""
     if table.ranks != world:
         raise TableMismatch(
@@ -101,6 +97,15 @@ def check_table(table: ExecutorTable, world: int, cfg: GPTConfig) -> None:
     empty = sorted(set(range(world)) - set(table.placement))
     if empty:
         raise TableMismatch(f"table placement leaves rank(s) {empty} without a stage")
+    if isinstance(cfg, dict):
+        if not is_layered(cfg):
+            cfg = GPTConfig(**cfg)
+        else:
+            try:  # builds the model once: the split must fit its layers
+                workload_for(cfg, table.stages, table.instance)
+            except ValueError as exc:
+                raise TableMismatch(str(exc)) from None
+            return
     try:
         layer_split(cfg.layers, table.stages)
     except ValueError as exc:
@@ -117,7 +122,7 @@ class _RankState:
     to_send: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
 
 
-def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTConfig,
+def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Workload,
               tokens: torch.Tensor, targets: torch.Tensor, step: int,
               clock: Clock) -> list[Timing]:
     actions = table.actions[ctx.rank]
@@ -153,7 +158,7 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTCo
         s, mb = a.stage, a.mb
         if a.kind == "F":
             if runner.is_first:
-                x = microbatch(tokens, cfg, mb).to(ctx.device)
+                x = work.microbatch(tokens, mb).to(ctx.device)
             elif (s, mb) in st.local_fwd:
                 x = st.local_fwd.pop((s, mb))
             else:
@@ -161,7 +166,7 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTCo
                 x = st.p2p.take("F", s, mb)
                 stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
             t0 = clock.mark()
-            tgt = microbatch(targets, cfg, mb).to(ctx.device) if runner.is_last else None
+            tgt = work.microbatch(targets, mb).to(ctx.device) if runner.is_last else None
             out = runner.forward(mb, x, tgt)
             t1 = clock.mark()
             if not runner.is_last:
@@ -210,18 +215,19 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTCo
     return out
 
 
-def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
+def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
     """Run the table for ``opts.steps`` optimizer steps; returns this rank's records."""
     S, m = table.stages, table.microbatches
     mine = [s for s, r in enumerate(table.placement) if r == ctx.rank]
-    modules = build_stage_modules(cfg, S)
+    modules = work.stages
     memory = MemoryTracker()
     runners = {
-        s: StageRunner(modules[s].to(ctx.device), s, S, lm_loss, 1.0 / m, memory) for s in mine
+        s: work.make_runner(modules[s].to(ctx.device), s, S, work.loss_fn, 1.0 / m, memory)
+        for s in mine
     }
-    params = {n: p for s in mine for n, p in modules[s].global_names().items()}
+    params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
     opt = make_optimizer(list(params.values()), ctx.opts.lr)
-    p2p = P2P(ctx.device, (cfg.microbatch_size, cfg.seq, cfg.hidden), ctx.opts.timeout_s,
+    p2p = P2P(ctx.device, work.boundary, ctx.opts.timeout_s,
               stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda")
     state = _RankState(runners, p2p)
     clock = Clock(ctx.device)
@@ -229,7 +235,7 @@ def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
     steps: list[dict[str, Any]] = []
     cuda_peaks: list[int] = []
     for step in range(ctx.opts.steps):
-        tokens, targets = make_batch(cfg, m, step)
+        tokens, targets = work.batch(m, step)
         opt.zero_grad(set_to_none=True)
         for r in runners.values():
             r.losses.clear()
@@ -239,7 +245,7 @@ def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
             torch.cuda.reset_peak_memory_stats(ctx.device)
         dist.barrier()
         clock.begin()
-        timings += _run_step(ctx, table, state, cfg, tokens, targets, step, clock)
+        timings += _run_step(ctx, table, state, work, tokens, targets, step, clock)
         if ctx.device.type == "cuda":
             cuda_peaks.append(int(torch.cuda.max_memory_allocated(ctx.device)))
         losses = runners[S - 1].losses if S - 1 in runners else {}
@@ -251,7 +257,9 @@ def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
         })
         opt.step()
     final = {n: p.detach().cpu().clone() for n, p in params.items()}
-    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks}
+    notes = sorted({n for r in runners.values() for n in getattr(r, "notes", ())})
+    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks,
+            "notes": notes}
 
 
 # ---------------------------------------------------------------------- gathering on rank 0
@@ -274,26 +282,26 @@ def _merge(gathered: list[dict[str, Any]], n_steps: int, m: int):
 _REFERENCE_CACHE: dict[tuple, Any] = {}
 
 
-def _reference(cfg: GPTConfig, m: int, opts: RunOptions, device: torch.device):
-    key = (cfg, m, opts.steps, opts.lr, str(device))
+def _reference(work: Workload, m: int, opts: RunOptions, device: torch.device):
+    key = (work.key, m, opts.steps, opts.lr, str(device))
     if key not in _REFERENCE_CACHE:
-        _REFERENCE_CACHE[key] = run_reference(cfg, m, opts.steps, opts.lr, device)
+        _REFERENCE_CACHE[key] = work.reference(m, opts.steps, opts.lr, device)
     return _REFERENCE_CACHE[key]
 
 
 def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the report, the others None."""
     table = ExecutorTable.from_dict(job.table)
-    cfg = GPTConfig(**job.model)
-    check_table(table, ctx.world, cfg)
+    check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model))
+    work = workload_for(job.model, table.stages, table.instance)
     if job.engine == "ours":
-        mine = run_ours(ctx, table, cfg)
+        mine = run_ours(ctx, table, work)
     elif job.engine == "torch":
         from zbsolve.runtime.torch_engine import run_torch
 
         if job.torch_csv is None:
             raise ValueError("engine torch needs the torch CSV path (Job.torch_csv)")
-        mine = run_torch(ctx, table, cfg, job.torch_csv)
+        mine = run_torch(ctx, table, work, job.torch_csv)
     else:
         raise ValueError(f"engine: expected one of {ENGINES}, got {job.engine!r}")
     timings = mine.pop("timings")
@@ -305,7 +313,7 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         return None
     assert gathered is not None and all_timings is not None
     records, params = _merge(gathered, ctx.opts.steps, table.microbatches)
-    ref = _reference(cfg, table.microbatches, ctx.opts, ctx.device)
+    ref = _reference(work, table.microbatches, ctx.opts, ctx.device)
     cmp: Comparison = compare(records, params, ref)
     flat = [Timing(**d) for per_rank in all_timings for d in per_rank]
     last = ctx.opts.steps - 1
@@ -320,7 +328,9 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "stages": table.stages,
         "microbatches": table.microbatches,
         "fused_bw": table.fused_bw,
-        "model": cfg.to_dict(),
+        "model": work.summary,
+        "split": work.split,
+        "notes": sorted({n for g in gathered for n in g.get("notes", [])}),
         "steps": ctx.opts.steps,
         "losses": [r.loss for r in records],
         "reference_losses": [r.loss for r in ref.steps],
