@@ -98,7 +98,6 @@ def test_cli_json_has_the_keys_and_writes_the_files(tmp_path, capsys):
     Schedule.from_dict(json.loads((tmp_path / "schedule.json").read_text()))
 
 
-@pytest.mark.skip(reason="needs issue-16 export")
 def test_cli_json_carries_the_torchtitan_and_megatron_keys(tmp_path, capsys):
     assert main(["plan", *FLAGS, "--json", "-o", str(tmp_path)]) == 0
     data = json.loads(capsys.readouterr().out)

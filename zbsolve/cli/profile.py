@@ -57,11 +57,16 @@ def add_own_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--module", dest="module_target", metavar="PKG.MOD:BUILD",
                         help="your model: a function returning (layers, example_input, loss_fn) "
                              "(default: none)")
-    parser.add_argument("--kv-heads", type=int, help="--hf: key/value heads (default: the family's)")
-    parser.add_argument("--intermediate", type=int, help="--hf: MLP intermediate size (default: the family's)")
-    parser.add_argument("--experts", type=int, help="--hf MoE: experts per layer (default: the family's)")
-    parser.add_argument("--experts-per-token", type=int, help="--hf MoE: experts per token (default: the family's)")
-    parser.add_argument("--moe-intermediate", type=int, help="--hf MoE (qwen): expert MLP size (default: the family's)")
+    parser.add_argument("--kv-heads", type=int,
+                        help="--hf: key/value heads (default: the family's)")
+    parser.add_argument("--intermediate", type=int,
+                        help="--hf: MLP intermediate size (default: the family's)")
+    parser.add_argument("--experts", type=int,
+                        help="--hf MoE: experts per layer (default: the family's)")
+    parser.add_argument("--experts-per-token", type=int,
+                        help="--hf MoE: experts per token (default: the family's)")
+    parser.add_argument("--moe-intermediate", type=int,
+                        help="--hf MoE (qwen): expert MLP size (default: the family's)")
 
 
 def own_model_spec(args: argparse.Namespace):

@@ -22,14 +22,10 @@ from zbsolve.plan.planner import RULE_NAMES, PlanCase, PlanResult
 
 def _stack_keys(inst, sched, split: list[int], *, layer_names: list[str], microbatch_size: int,
                 chunks: int) -> dict[str, Any]:
-    """The torchtitan config and Megatron flags of the plan (issue 16's exporters, imported
-    lazily; until they exist the keys are null with a note)."""
-    try:
-        from zbsolve.export.megatron import megatron_flags
-        from zbsolve.export.torchtitan import torchtitan_config
-    except ImportError as exc:
-        return {"torchtitan": None, "megatron": None,
-                "stack_note": f"needs issue-16 export ({exc.name})"}
+    """The torchtitan config and Megatron flags of the plan (the stack exporters')."""
+    from zbsolve.export.megatron import megatron_flags
+    from zbsolve.export.torchtitan import torchtitan_config
+
     return {"torchtitan": torchtitan_config(inst, sched, split, layer_names=layer_names,
                                             microbatch_size=microbatch_size),
             "megatron": megatron_flags(split, embedding_layers=1, head_layers=1, chunks=chunks)}
