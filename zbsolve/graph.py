@@ -24,12 +24,28 @@ Dependencies (chain of one replica: stages base .. base+S-1; "bw" = I or B by fo
 A hand-off between stages of different devices waits ``comm``; everything else waits 0.
 Segments (g) are 0 .. segments-1; with one segment the segment edges vanish.
 
+Memory modes (``zbsolve.modes``)
+-------------------------------
+A unit's *mode* is a form too: keep (the default), recompute / selective (an op R / RS on the
+device's compute stream) or offload (a copy O out and a copy L back on its copy stream). The
+modes' ops hang off the unit:
+  R(s, j, g)  <- F(s, j, g)      bw(s, j, g) <- R(s, j, g)      (RS alike)
+  O(s, j, g)  <- F(s, j, g)      L(s, j, g) <- O(s, j, g)       bw(s, j, g) <- L(s, j, g)
+``TaskGraph(inst, modes=...)`` takes them (default keep), ``TaskGraph.of`` reads them off a
+schedule's ops (an R op means recompute, O and L mean offload). ``TaskGraph(inst)`` of an
+instance that offers modes is the solver's *open* view: every unit in its keep form, the modes
+still to be chosen (``same_class_prev`` then keeps only the symmetry every choice keeps).
+
 Memory
 ------
 Each unit's activation is a set of lifetimes on its device: split, activation - weight lives
 from F's start to I's end and weight from F's start to W's end; fused, the activation lives
-from F's start to B's end. A device also holds ``params`` of its stages all step long. The
-simulator turns lifetimes into events; the CP-SAT model turns them into cumulative intervals.
+from F's start to B's end. Recompute: F frees all but ``kept`` when it ends, R re-allocates
+the rest at its start. Offload: O frees the moved share when it ends, L re-allocates it at its
+start. In every mode the unit holds its whole activation from F's start and from its
+backward's start (R or L before it), and ``weight`` from I's end to W's end. A device also
+holds ``params`` of its stages all step long. The simulator turns lifetimes into events; the
+CP-SAT model turns them into cumulative intervals.
 
 Jobs
 ----
@@ -40,11 +56,12 @@ x times their sum). A SYNC job runs on no device: it starts as soon as its input
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from zbsolve.instance import Instance
+from zbsolve.modes import KIND_MODE, MODE_OPS, Mode
 from zbsolve.ops import Kind, Op, Pair
 
 START, END = 0, 1
@@ -53,6 +70,15 @@ START, END = 0, 1
 # The kinds as plain strings: the simulator and the schedulers call ``preds`` / ``succs`` for
 # every op, and an enum member's attribute lookup costs four times a string comparison there.
 F, I, W, B, SYNC = (k.value for k in (Kind.F, Kind.I, Kind.W, Kind.B, Kind.SYNC))  # noqa: E741
+R, RS, O, L = "R", "RS", "O", "L"
+KEEP = Mode.KEEP.value
+COMPUTE, COPY_OUT, COPY_IN = 0, 1, 2
+"""Streams of a device: its compute stream, and its copy stream(s) (one, or one per direction)."""
+
+Unit = tuple[int, int, int]
+_MODE_FIELDS = {"recompute": "recompute: {R, kept}",
+                "selective": "recompute: {R_selective, kept_selective}",
+                "offload": "offload: {fraction, d2h}"}
 
 
 class Lifetime(NamedTuple):
@@ -83,8 +109,10 @@ class Handoff:
 class TaskGraph:
     """Ops, dependencies, durations, devices and memory of one instance in one form."""
 
-    def __init__(self, inst: Instance, fused: Iterable[tuple[int, int, int]] | bool = ()):
+    def __init__(self, inst: Instance, fused: Iterable[tuple[int, int, int]] | bool = (),
+                 modes: Mapping[Unit, str] | str | None = None):
         self.inst = inst
+        self._init_modes(inst, modes)
         self.all_fused = fused is True
         self.fused = frozenset() if isinstance(fused, bool) else frozenset(fused)
         S = inst.model_stages
@@ -110,8 +138,62 @@ class TaskGraph:
 
     @staticmethod
     def of(inst: Instance, ops: Iterable[Op]) -> TaskGraph:
-        """The form a schedule's ops use: a unit is fused where a B op appears."""
-        return TaskGraph(inst, {op.unit for op in ops if op.kind == Kind.B})
+        """The form a schedule's ops use: a unit is fused where a B op appears, and runs in the
+        mode its R, RS, O or L ops say (keep without any); ValueError on a unit with two."""
+        ops = list(ops)
+        return TaskGraph(inst, {op.unit for op in ops if op.kind == Kind.B}, modes_of_ops(ops))
+
+    # ------------------------------------------------------------------ modes
+    def _init_modes(self, inst: Instance, modes: Mapping[Unit, str] | str | None) -> None:
+        """``modes``: None (every unit keep; the open view if the instance offers modes), one
+        mode for every unit, or unit -> mode (absent units keep)."""
+        self.open = modes is None and inst.offers_modes
+        self.uniform_mode = modes if isinstance(modes, str) else None
+        table = {} if modes is None or isinstance(modes, str) else dict(modes)
+        self.modes: dict[Unit, str] = {u: m for u, m in table.items() if m != KEEP}
+        if self.uniform_mode == KEEP:
+            self.uniform_mode = None
+        for mode in {self.uniform_mode, *self.modes.values()} - {None}:
+            if mode not in inst.modes:
+                raise ValueError(f"memory mode {mode!r} is not offered by the instance (it "
+                                 f"offers {', '.join(inst.modes)}): add {_MODE_FIELDS[mode]} "
+                                 "to the instance")
+        self.has_modes = bool(self.modes) or self.uniform_mode is not None
+        self.copy_streams = inst.offload.streams if inst.offload is not None else 0
+        self._class_prev: dict[tuple[int, int], int | None] | None = None
+
+    def mode(self, stage: int, mb: int, seg: int = 0) -> str:
+        """The unit's memory mode (``zbsolve.modes``)."""
+        if not self.has_modes:
+            return KEEP
+        return self.uniform_mode or self.modes.get((stage, mb, seg), KEEP)
+
+    def mode_ops(self, stage: int, mb: int, seg: int = 0) -> tuple[Op, ...]:
+        """The ops the unit's mode adds (R; RS; or O then L), in dependency order."""
+        if not self.has_modes:
+            return ()
+        return tuple(Op(k, stage, mb, seg) for k in MODE_OPS[self.mode(stage, mb, seg)])
+
+    def stream(self, op: Op) -> int:
+        """The stream of its device an op runs on: COMPUTE, or a copy stream (COPY_OUT for
+        every copy with one copy stream; COPY_IN for loads with two)."""
+        kind = op[0]
+        if kind == O:
+            return COPY_OUT
+        if kind == L:
+            return COPY_IN if self.copy_streams == 2 else COPY_OUT
+        return COMPUTE
+
+    def copy_ops(self, device: int) -> Iterator[Op]:
+        """The ops of a device's copy stream(s) (offload's O and L)."""
+        if not self.has_modes or self.copy_streams == 0:
+            return
+        for s in self.inst.stages_of(device):
+            for j in self.inst.microbatches_of(s):
+                for g in range(self.segments):
+                    for op in self.mode_ops(s, j, g):
+                        if op[0] == O or op[0] == L:
+                            yield op
 
     # ------------------------------------------------------------------ form
     def is_fused(self, stage: int, mb: int, seg: int = 0) -> bool:
@@ -128,10 +210,12 @@ class TaskGraph:
         return Op(B if self.is_fused(stage, mb, seg) else W, stage, mb, seg)
 
     def unit_ops(self, stage: int, mb: int, seg: int = 0) -> tuple[Op, ...]:
+        """F, the mode's ops (if any), then B or I and W: a topological order of the unit."""
         f = Op(F, stage, mb, seg)
+        extra = self.mode_ops(stage, mb, seg) if self.has_modes else ()
         if self.is_fused(stage, mb, seg):
-            return (f, Op(B, stage, mb, seg))
-        return (f, Op(I, stage, mb, seg), Op(W, stage, mb, seg))
+            return (f, *extra, Op(B, stage, mb, seg))
+        return (f, *extra, Op(I, stage, mb, seg), Op(W, stage, mb, seg))
 
     # ------------------------------------------------------------------ the ops
     def units(self) -> Iterator[tuple[int, int, int]]:
@@ -154,10 +238,15 @@ class TaskGraph:
                 yield Op(Kind.SYNC, s, -1)
 
     def device_ops(self, device: int) -> Iterator[Op]:
+        """The ops of a device's compute stream (its copies: ``copy_ops``)."""
         for s in self.inst.stages_of(device):
             for j in self.inst.microbatches_of(s):
                 for g in range(self.segments):
-                    yield from self.unit_ops(s, j, g)
+                    if self.has_modes:
+                        yield from (op for op in self.unit_ops(s, j, g)
+                                    if op[0] != O and op[0] != L)
+                    else:
+                        yield from self.unit_ops(s, j, g)
 
     def topological(self, mbs: Iterable[int] | None = None, implicit: bool = True) -> list[Op]:
         """A topological order: microbatch by microbatch, each a forward then a backward sweep
@@ -182,7 +271,11 @@ class TaskGraph:
         inst = self.inst
         units = inst.stages * (inst.microbatches // inst.replicas) * self.segments
         fused = units if self.all_fused else len(self.fused)
-        return 3 * units - fused + (inst.model_stages if self.has_sync else 0)
+        extra = 0
+        if self.has_modes:
+            extra = (units * len(MODE_OPS[self.uniform_mode]) if self.uniform_mode
+                     else sum(len(MODE_OPS[m]) for m in self.modes.values()))
+        return 3 * units - fused + extra + (inst.model_stages if self.has_sync else 0)
 
     def exists(self, op: Op) -> bool:
         """Whether ``op`` is an op of this graph (kind, stage, microbatch, segment and form)."""
@@ -190,7 +283,7 @@ class TaskGraph:
         if op.kind == Kind.SYNC:
             return self.has_sync and 0 <= op.stage < inst.model_stages and op.mb == -1 \
                 and op.seg == 0
-        if op.kind not in (Kind.F, Kind.I, Kind.W, Kind.B):
+        if op.kind not in (Kind.F, Kind.I, Kind.W, Kind.B) and op.kind not in KIND_MODE:
             return False
         if not (0 <= op.stage < inst.stages and 0 <= op.seg < self.segments):
             return False
@@ -198,6 +291,8 @@ class TaskGraph:
             return False
         if op.kind == Kind.F:
             return True
+        if op.kind in KIND_MODE:
+            return op in self.mode_ops(*op.unit)
         return (op.kind == Kind.B) == self.is_fused(*op.unit)
 
     # ------------------------------------------------------------------ per op
@@ -213,14 +308,14 @@ class TaskGraph:
         or x times it where it may run in an overlapped pair of factor x (the pair lasts
         x (F + B) >= x F, and its backward ends with it). Bounds use this, so they stay valid
         when the solver may pair ops."""
-        if op[0] == SYNC:
-            return self.duration(op)
+        if op[0] != F and op[0] != I and op[0] != B:
+            return self.duration(op)  # W, SYNC and the modes' ops never run in a pair
         fx, bx = self._min_x
         return self.duration(op) * (fx if op[0] == F else bx)[op[1]]
 
     def device_min_work(self, device: int) -> float:
         """A lower bound on the time a device computes (its ops' ``min_duration``)."""
-        if not self.overlap:
+        if not self.overlap and not self.has_modes:
             return self.inst.device_work(device)
         return sum(self.min_duration(op) for op in self.device_ops(device))
 
@@ -269,9 +364,17 @@ class TaskGraph:
                 out = [(self.backward(s + 1, j, g), self._up[s])]
             if g + 1 < self.segments:
                 out.append((self.backward(s, j, g + 1), 0.0))
+            if self.has_modes:
+                extra = self.mode_ops(s, j, g)
+                if extra:
+                    out.append((extra[-1], 0.0))  # R, RS or L: right before the backward
             return out
         if kind == W:
             return [(Op(I, s, j, g), 0.0)]
+        if kind == R or kind == RS or kind == O:
+            return [(Op(F, s, j, g), 0.0)]
+        if kind == L:
+            return [(Op(O, s, j, g), 0.0)]
         if kind == SYNC:
             S = self.inst.model_stages
             return [(self.last_op(t, mb, seg), 0.0) for t in (s, s + S)
@@ -288,7 +391,15 @@ class TaskGraph:
                 out = [(Op(F, s + 1, j, g), self._down[s + 1])]
             if g + 1 < self.segments:
                 out.append((Op(F, s, j, g + 1), 0.0))
+            if self.has_modes:
+                extra = self.mode_ops(s, j, g)
+                if extra:
+                    out.append((extra[0], 0.0))
             return out
+        if kind == R or kind == RS or kind == L:
+            return [(self.backward(s, j, g), 0.0)]
+        if kind == O:
+            return [(Op(L, s, j, g), 0.0)]
         if kind == I or kind == B:
             out = []
             if s != self.first[s]:
@@ -330,9 +441,37 @@ class TaskGraph:
     def same_class_prev(self, op: Op) -> Op | None:
         """The op of the previous interchangeable microbatch (same kind, stage and segment):
         microbatches of one replica have identical ops, so some optimal schedule runs them in
-        order (``zbsolve.solver.bounds``)."""
+        order (``zbsolve.solver.bounds``).
+
+        With memory modes, two microbatches are interchangeable only when their units run the
+        same modes on every stage (the previous such one is returned). In the open view (modes
+        still to be chosen) only the chain's first forward keeps an order: whole microbatches,
+        modes and all, can be relabelled by when their first forward starts (docs/solver.md)."""
         prev = op.mb - self.inst.replicas
-        return op._replace(mb=prev) if op.mb >= 0 and prev >= 0 else None
+        if op.mb < 0 or prev < 0:
+            return None
+        if self.open:
+            first = op[0] == F and op.stage == self.first[op.stage] and op.seg == 0
+            return op._replace(mb=prev) if first else None
+        if self.has_modes and self.uniform_mode is None:
+            prev = self._mode_class_prev(op.stage, op.mb)
+            return None if prev is None else op._replace(mb=prev)
+        return op._replace(mb=prev)
+
+    def _mode_class_prev(self, stage: int, mb: int) -> int | None:
+        """The previous microbatch of the replica whose units run the same modes as ``mb``'s."""
+        if self._class_prev is None:
+            S, R = self.inst.model_stages, self.inst.replicas
+            table: dict[tuple[int, int], int | None] = {}
+            for r in range(R):
+                last: dict[tuple, int] = {}
+                for j in range(r, self.inst.microbatches, R):
+                    vector = tuple(self.mode(s, j, g) for s in range(r * S, r * S + S)
+                                   for g in range(self.segments))
+                    table[(r, j)] = last.get(vector)
+                    last[vector] = j
+            self._class_prev = table
+        return self._class_prev[(self.inst.replica_of(stage), mb)]
 
     # ------------------------------------------------------------------ memory
     def lifetimes(self, stage: int, mb: int, seg: int = 0) -> list[Lifetime]:
@@ -341,11 +480,36 @@ class TaskGraph:
         d = inst.placement[stage]
         act, kept = inst.activation[stage], inst.weight[stage]
         f = Op(F, stage, mb, seg)
+        if self.has_modes and self.mode(stage, mb, seg) != KEEP:
+            return self._mode_lifetimes(stage, mb, seg, act, kept)
         if self.is_fused(stage, mb, seg):
             pieces = [(act, Op(B, stage, mb, seg))]
         else:
             pieces = [(act - kept, Op(I, stage, mb, seg)), (kept, Op(W, stage, mb, seg))]
         return [Lifetime(d, amount, f, START, freer, END) for amount, freer in pieces
+                if amount > 0]
+
+    def _mode_lifetimes(self, stage: int, mb: int, seg: int, act: float, weight: float
+                        ) -> list[Lifetime]:
+        """A recomputed or offloaded unit's memory (module docstring): a part ``held`` lives
+        from F's start to the backward, the rest from F's start to ``frees``'s end (F for a
+        recompute, O for an offload) and again from ``back``'s start (R / RS, or L); of what
+        lives at the backward's end, ``weight`` stays until W (taken from the part re-allocated
+        first)."""
+        d = self.inst.placement[stage]
+        mode = self.mode(stage, mb, seg)
+        held = self.inst.kept(stage, mode)
+        ops = self.mode_ops(stage, mb, seg)
+        f = Op(F, stage, mb, seg)
+        frees = f if mode != Mode.OFFLOAD else ops[0]
+        back = ops[-1]
+        bw, last = self.backward(stage, mb, seg), self.last_op(stage, mb, seg)
+        rest = act - held
+        w_back = min(weight, rest) if bw != last else 0.0  # weight's share in the re-allocated
+        w_held = weight - w_back if bw != last else 0.0
+        pieces = [(rest, f, START, frees), (held - w_held, f, START, bw), (w_held, f, START, last),
+                  (rest - w_back, back, START, bw), (w_back, back, START, last)]
+        return [Lifetime(d, amount, born, at, dies, END) for amount, born, at, dies in pieces
                 if amount > 0]
 
     def device_lifetimes(self, device: int) -> Iterator[Lifetime]:
@@ -357,3 +521,19 @@ class TaskGraph:
     def unit_memory(self, stage: int) -> float:
         """What one unit of ``stage`` allocates in all (its activation)."""
         return self.inst.activation[stage]
+
+
+def modes_of_ops(ops: Iterable[Op]) -> dict[Unit, str]:
+    """unit -> mode for the units whose ops include a mode's op (R, RS, O, L); ValueError
+    naming the unit when one unit carries the ops of two modes."""
+    out: dict[Unit, str] = {}
+    for op in ops:
+        mode = KIND_MODE.get(op[0])
+        if mode is None:
+            continue
+        seen = out.setdefault(op.unit, mode)
+        if seen != mode:
+            s, j, g = op.unit
+            raise ValueError(f"unit (stage {s}, microbatch {j}{f', segment {g}' if g else ''}) "
+                             f"runs both {seen} and {mode} ({op}); a unit has one memory mode")
+    return out

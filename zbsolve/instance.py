@@ -20,12 +20,13 @@ from typing import Any
 
 import yaml
 
+from zbsolve.modes import Mode, Offload, Recompute
 from zbsolve.units import SizeError, check_unit, convert, parse_size
 
 PLACEMENTS = ("loop", "v")
 _TOP_KEYS = {
     "name", "devices", "microbatches", "chunks", "placement", "times", "comm", "memory",
-    "replicas", "sync", "overlap",
+    "replicas", "sync", "overlap", "recompute", "offload",
     # optional, free-form extras that travel with the instance but change nothing
     "description", "source", "meta",
 }
@@ -34,6 +35,9 @@ _MEMORY_KEYS = {"activation", "weight", "limit", "params", "unit"}
 _SIZED_KEYS = ("activation", "weight", "limit", "params")  # what may carry a unit
 _OVERLAP_KEYS = {"FB"}
 REPLICAS = (1, 2)
+_RECOMPUTE_KEYS = {"R", "kept", "R_selective", "kept_selective"}
+_OFFLOAD_KEYS = {"fraction", "d2h", "h2d", "streams"}
+COPY_STREAMS = (1, 2)
 
 
 class InstanceError(ValueError):
@@ -68,6 +72,8 @@ class Instance:
     sync: tuple[float, ...] = ()  # per stage: the replicas' gradient all-reduce (replicas = 2)
     overlap: tuple[tuple[int, int, float], ...] | float | None = None  # F&B factor (see graph)
     memory_unit: str | None = None  # the unit of every memory figure (None: unnamed)
+    recompute: Recompute | None = None  # memory mode recompute offered (zbsolve.modes)
+    offload: Offload | None = None  # memory mode offload offered
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -78,8 +84,9 @@ class Instance:
                 object.__setattr__(self, key, (0.0,) * n)
         object.__setattr__(self, "_stages_of", _group_stages(self.placement, self.devices))
         fused = tuple(i + w for i, w in zip(self.I, self.W))
-        object.__setattr__(self, "_durations", {"F": self.F, "I": self.I, "W": self.W,
-                                                "B": fused, "SYNC": self.sync})
+        durations = {"F": self.F, "I": self.I, "W": self.W, "B": fused, "SYNC": self.sync}
+        durations.update(_mode_durations(self.recompute, self.offload))
+        object.__setattr__(self, "_durations", durations)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -155,6 +162,57 @@ class Instance:
                 return x
         return None
 
+    @property
+    def offers_modes(self) -> bool:
+        """Whether any unit may run other than keep (the instance has recompute or offload)."""
+        return self.recompute is not None or self.offload is not None
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The memory modes the instance offers (keep always), in ``zbsolve.modes`` order."""
+        out = [Mode.KEEP.value]
+        if self.recompute is not None:
+            out.append(Mode.RECOMPUTE.value)
+            if self.recompute.selective:
+                out.append(Mode.SELECTIVE.value)
+        if self.offload is not None:
+            out.append(Mode.OFFLOAD.value)
+        return tuple(out)
+
+    def kept(self, stage: int, mode: str) -> float:
+        """What a unit of ``stage`` holds between its forward and its backward in ``mode`` (with
+        offload: once its copy out has ended)."""
+        act = self.activation[stage]
+        if mode == Mode.RECOMPUTE:
+            return self.recompute.kept[stage]
+        if mode == Mode.SELECTIVE:
+            return self.recompute.kept_selective[stage]
+        if mode == Mode.OFFLOAD:
+            return act - self.moved(stage)
+        return act
+
+    def moved(self, stage: int) -> float:
+        """The part of a unit's activation an offload moves to host and back."""
+        return self.offload.fraction[stage] * self.activation[stage]
+
+    def with_modes(self, modes: tuple[str, ...] | list[str]) -> Instance:
+        """A copy that offers only ``modes`` of the ones this instance offers (keep always)."""
+        unknown = [m for m in modes if m not in self.modes]
+        if unknown:
+            raise InstanceError(f"modes: {unknown} not offered by instance {self.name!r} "
+                                f"(it offers {list(self.modes)}); add the recompute/offload "
+                                "fields to the instance")
+        rec = self.recompute
+        if rec is not None and Mode.RECOMPUTE not in modes and Mode.SELECTIVE not in modes:
+            rec = None
+        elif rec is not None and Mode.SELECTIVE not in modes:
+            rec = dataclasses.replace(rec, R_selective=None, kept_selective=None)
+        elif rec is not None and Mode.RECOMPUTE not in modes:
+            raise InstanceError("modes: selective without recompute is not supported; offer "
+                                "recompute too")
+        off = self.offload if Mode.OFFLOAD in modes else None
+        return dataclasses.replace(self, recompute=rec, offload=off)
+
     def with_(self, **changes: Any) -> Instance:
         """A modified copy, re-validated (e.g. ``inst.with_(limit=(8.0,)*p)``).
 
@@ -228,6 +286,10 @@ class Instance:
         if self.overlap is not None:
             data["overlap"] = {"FB": self.overlap if isinstance(self.overlap, float)
                                else [list(t) for t in self.overlap]}
+        if self.recompute is not None:
+            data["recompute"] = self.recompute.to_dict(compact)
+        if self.offload is not None:
+            data["offload"] = self.offload.to_dict(compact)
         data.update(self.extra)
         return data
 
@@ -422,6 +484,8 @@ def _parse(data: dict[str, Any]) -> Instance:
         raise InstanceError("sync: the gradient all-reduce between replicas needs replicas: 2")
     sync = _per(data.get("sync", 0.0), S, "sync", "logical stage", positive=False)
     overlap = _overlap(data.get("overlap"), S * replicas)
+    recompute = _recompute(data.get("recompute"), S, activation)
+    offload = _offload(data.get("offload"), S)
 
     extra = {k: data[k] for k in ("description", "source", "meta") if k in data}
     # Replica r runs model stage s as stage r*S + s on the mirrored device p-1-d.
@@ -435,8 +499,94 @@ def _parse(data: dict[str, Any]) -> Instance:
         placement_kind=kind, F=rep(F), I=rep(I), W=rep(W), comm=float(comm),
         activation=rep(activation), weight=rep(weight), limit=limit, replicas=replicas,
         params=rep(params), sync=rep(sync), overlap=overlap, memory_unit=memory_unit,
+        recompute=_replicated(recompute, replicas), offload=_replicated(offload, replicas),
         extra=extra,
     )
+
+
+def _mode_durations(rec: Recompute | None, off: Offload | None) -> dict[str, tuple]:
+    """Per op kind of the memory modes, its duration table (``Instance.duration``)."""
+    out: dict[str, tuple] = {}
+    if rec is not None:
+        out["R"] = rec.R
+        if rec.selective:
+            out["RS"] = rec.R_selective
+    if off is not None:
+        out["O"], out["L"] = off.d2h, off.h2d
+    return out
+
+
+def _replicated(spec: Any, replicas: int) -> Any:
+    """A mode spec whose per-stage tables cover every replica (replica 0's values repeated)."""
+    if spec is None or replicas == 1:
+        return spec
+    changes = {f.name: getattr(spec, f.name) * replicas for f in dataclasses.fields(spec)
+               if isinstance(getattr(spec, f.name), tuple)}
+    return dataclasses.replace(spec, **changes)
+
+
+def _recompute(raw: Any, S: int, activation: tuple[float, ...]) -> Recompute | None:
+    """``recompute: {R, kept[, R_selective, kept_selective]}``: what recomputing costs and keeps."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InstanceError(f"recompute: expected a mapping with R and kept (per stage), got "
+                            f"{raw!r}")
+    unknown = set(raw) - _RECOMPUTE_KEYS
+    if unknown:
+        raise InstanceError(f"recompute: unknown key(s) {sorted(unknown)}; expected R, kept, "
+                            "R_selective, kept_selective")
+    for key in ("R", "kept"):
+        if key not in raw:
+            raise InstanceError(f"recompute.{key}: required (R: the time to recompute a "
+                                "forward; kept: what a recomputed forward keeps, its checkpoint)")
+    if ("R_selective" in raw) != ("kept_selective" in raw):
+        raise InstanceError("recompute: R_selective and kept_selective go together (the "
+                            "selective variant's time and what it keeps)")
+
+    def kept_of(key: str) -> tuple[float, ...]:
+        kept = _per(raw[key], S, f"recompute.{key}", "logical stage", positive=False)
+        for s, (k, a) in enumerate(zip(kept, activation)):
+            if k > a:
+                raise InstanceError(f"recompute.{key}[{s}]: {k} exceeds memory.activation[{s}] "
+                                    f"= {a}; what a recomputed forward keeps is part of its "
+                                    "activation")
+        return kept
+
+    R = _per(raw["R"], S, "recompute.R", "logical stage")
+    if "R_selective" not in raw:
+        return Recompute(R, kept_of("kept"))
+    return Recompute(R, kept_of("kept"),
+                     _per(raw["R_selective"], S, "recompute.R_selective", "logical stage"),
+                     kept_of("kept_selective"))
+
+
+def _offload(raw: Any, S: int) -> Offload | None:
+    """``offload: {fraction, d2h[, h2d][, streams]}``: what moves to host and how fast."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InstanceError(f"offload: expected a mapping with fraction and d2h (per stage), "
+                            f"got {raw!r}")
+    unknown = set(raw) - _OFFLOAD_KEYS
+    if unknown:
+        raise InstanceError(f"offload: unknown key(s) {sorted(unknown)}; expected fraction, "
+                            "d2h, h2d, streams")
+    if "d2h" not in raw:
+        raise InstanceError("offload.d2h: required (the time to copy a stage's activation "
+                            "share to host; h2d, the copy back, defaults to it)")
+    fraction = _per(raw.get("fraction", 1.0), S, "offload.fraction", "logical stage")
+    for s, f in enumerate(fraction):
+        if f > 1:
+            raise InstanceError(f"offload.fraction[{s}]: {f} is more than the whole activation; "
+                                "expected a share in (0, 1]")
+    d2h = _per(raw["d2h"], S, "offload.d2h", "logical stage")
+    h2d = _per(raw.get("h2d", raw["d2h"]), S, "offload.h2d", "logical stage")
+    streams = raw.get("streams", 1)
+    if isinstance(streams, bool) or streams not in COPY_STREAMS:
+        raise InstanceError(f"offload.streams: expected 1 (one copy stream per device) or 2 "
+                            f"(one per direction), got {streams!r}")
+    return Offload(fraction, d2h, h2d, streams)
 
 
 def _overlap(raw: Any, stages: int) -> tuple[tuple[int, int, float], ...] | float | None:

@@ -3,7 +3,9 @@
 An op is (kind, stage, microbatch, segment). Its compact string form is the one PyTorch's
 pipelining CSV uses (``3F12`` = stage 3, forward, microbatch 12), so a schedule can be read
 and written by people and by torch without a translation table; a segment other than 0 adds
-``.g`` (``3F12.2``), a form only our extended CSV and our files use.
+``.g`` (``3F12.2``), a form only our extended CSV and our files use. A unit's memory mode adds
+``3R12`` (recompute microbatch 12's forward), ``3RS12`` (selective recompute), ``3O12`` (copy its
+activation out to host) and ``3L12`` (load it back): torch's runtime has no such actions.
 
 ``stage`` is a stage of the task graph: with two model replicas (Chimera, DualPipe) replica
 r's model stage s is stage r·S + s, as in the extended torch CSV. Ops that belong to the whole
@@ -28,16 +30,22 @@ class Kind(StrEnum):
     I = "I"  # noqa: E741 - backward for inputs (the papers' B)
     W = "W"  # backward for weights
     B = "B"  # fused full backward: I then W as one op, its input gradient leaves when it ends
+    R = "R"  # recompute the forward before the backward (memory mode recompute)
+    RS = "RS"  # selective recompute (memory mode selective)
+    O = "O"  # copy out: the activation to host memory, on the device's copy stream (offload)
+    L = "L"  # load back: the activation from host memory before the backward (offload)
     SYNC = "SYNC"  # all-reduce of one model stage's weight gradients between its replicas
 
 
-MICROBATCH_KINDS = (Kind.F, Kind.I, Kind.W, Kind.B)
+MICROBATCH_KINDS = (Kind.F, Kind.I, Kind.W, Kind.B, Kind.R, Kind.RS, Kind.O, Kind.L)
 KINDS = tuple(k.value for k in MICROBATCH_KINDS)
 """The kinds a device runs per microbatch (what schedules list in their orders)."""
 
 BACKWARD_KINDS = (Kind.I, Kind.B)  # the ops that produce a stage's input gradient
+MODE_KINDS = (Kind.R, Kind.RS, Kind.O, Kind.L)
+"""The kinds a unit's memory mode adds (``zbsolve.modes``): compute R / RS, copies O / L."""
 
-_OP_RE = re.compile(r"(\d+)([FIWB])(\d+)(?:\.(\d+))?")
+_OP_RE = re.compile(r"(\d+)(RS|[FIWBROL])(\d+)(?:\.(\d+))?")
 _STEP_RE = re.compile(r"(\d+)(SYNC)")
 _PAIR_RE = re.compile(r"\(([^();]+);([^();]+)\)")
 
@@ -110,7 +118,8 @@ def parse_op(token: str) -> Op:
     if match := _STEP_RE.fullmatch(text):
         return Op(match[2], int(match[1]), -1)
     raise ValueError(
-        f"bad op token {token!r}: expected <stage><F|I|W|B><microbatch>[.<segment>], e.g. '3F12'"
+        f"bad op token {token!r}: expected <stage><F|I|W|B|R|RS|O|L><microbatch>[.<segment>], "
+        "e.g. '3F12'"
     )
 
 

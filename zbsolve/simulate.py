@@ -8,9 +8,15 @@ Structural errors raise ``ScheduleError`` with a message a person can act on; me
 limit is reported in the result (``feasible``) and raised by ``validate``.
 
 Memory is the task graph's lifetimes (per unit: F's start allocates the activation, I's end
-frees activation - weight, W's end frees weight, a fused B's end frees it all) plus the
-device's resident ``params``. Events are taken in time order, frees before allocations at the
-same instant, which is how the CP-SAT model's cumulative intervals count them.
+frees activation - weight, W's end frees weight, a fused B's end frees it all; the memory modes
+add theirs) plus the device's resident ``params``. Events are taken in time order, frees before
+allocations at the same instant, which is how the CP-SAT model's cumulative intervals count
+them, so copies running next to compute are counted where they start and end.
+
+Streams: a device row lists its compute jobs and its copies (offload's O and L) in the order
+they are issued. Each stream of the device (``TaskGraph.stream``: compute, and one or two copy
+streams) runs its own jobs in row order, as soon as possible; streams of one device run side by
+side. Busy time, spans and bubbles are the compute stream's.
 """
 
 from __future__ import annotations
@@ -18,14 +24,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from zbsolve.graph import START, TaskGraph
+from zbsolve.graph import COMPUTE, START, TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.numeric import REL_TOL, exceeds
-from zbsolve.ops import Kind, Op, Pair, ops_of
+from zbsolve.ops import Entry, Kind, Op, Pair, ops_of
 from zbsolve.schedule import Schedule
 
 OBJECTIVES = ("makespan", "span")
-_DEVICE_KINDS = frozenset(k.value for k in (Kind.F, Kind.I, Kind.W, Kind.B))
+_DEVICE_KINDS = frozenset(k.value for k in (Kind.F, Kind.I, Kind.W, Kind.B, Kind.R, Kind.RS,
+                                             Kind.O, Kind.L))
 
 
 class ScheduleError(ValueError):
@@ -142,6 +149,29 @@ def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
         raise ScheduleError(f"{len(missing)} missing op(s): {_few(missing)}")
 
 
+def lanes(graph: TaskGraph, sched: Schedule) -> tuple[list[list[Entry]], list[tuple[int, int]]]:
+    """Each device's row split into its streams, in row order: the lanes the simulator runs,
+    the compute streams first (lane d = device d's compute stream), and (device, stream) of
+    each lane."""
+    rows = sched.orders
+    where = [(d, COMPUTE) for d in range(len(rows))]
+    if not graph.copy_streams:
+        return rows, where
+    compute: list[list[Entry]] = []
+    copies: dict[tuple[int, int], list[Entry]] = {}
+    for d, row in enumerate(rows):
+        mine: list[Entry] = []
+        for entry in row:
+            stream = COMPUTE if type(entry) is Pair else graph.stream(entry)
+            if stream == COMPUTE:
+                mine.append(entry)
+            else:
+                copies.setdefault((d, stream), []).append(entry)
+        compute.append(mine)
+    keys = sorted(copies)
+    return compute + [copies[k] for k in keys], where + keys
+
+
 def _placement_error(inst: Instance, sched: Schedule) -> None:
     """Raise for the lowest stage that is on several devices or on the wrong one."""
     where: dict[int, set[int]] = {}
@@ -168,10 +198,13 @@ def _order_errors(graph: TaskGraph, sched: Schedule) -> None:
         for pos, entry in enumerate(order):
             for op in ops_of(entry):
                 for pred, _ in graph.preds(op):
-                    if pred.unit == op.unit and pred not in done and pred.kind != Kind.F:
+                    if (pred.unit == op.unit and pred not in done and pred.kind != Kind.F
+                            and graph.stream(pred) == graph.stream(op)):
                         raise ScheduleError(
                             f"device {d} position {pos}: {op} comes before its input "
-                            f"{'backward ' if pred.kind == Kind.I else ''}{pred}")
+                            f"{'backward ' if pred.kind == Kind.I else ''}{pred}"
+                            + (" (row order is the order a stream runs its jobs in)"
+                               if pred.kind in ("R", "RS", "O", "L") else ""))
             done.update(ops_of(entry))
 
 
@@ -187,9 +220,12 @@ def _pair_refusal(inst: Instance, pair: Pair) -> str:
             f"backward stage {bwd.stage} on one device")
 
 
-def _run(graph: TaskGraph, sched: Schedule) -> tuple[dict[Op, float], dict[Op, float]]:
-    """ASAP execution of the fixed orders; raises on deadlock, naming every blocked device."""
-    orders = sched.orders
+def _run(graph: TaskGraph, sched: Schedule, orders: list[list[Entry]] | None = None,
+         where: list[tuple[int, int]] | None = None
+         ) -> tuple[dict[Op, float], dict[Op, float]]:
+    """ASAP execution of the fixed orders (per lane: a device's compute stream or one of its
+    copy streams); raises on deadlock, naming every blocked device."""
+    orders = sched.orders if orders is None else orders
     p = len(orders)
     pos = [0] * p
     free = [0.0] * p
@@ -248,8 +284,10 @@ def _run(graph: TaskGraph, sched: Schedule) -> tuple[dict[Op, float], dict[Op, f
             if pos[d] < len(orders[d]):
                 entry = orders[d][pos[d]]
                 need = [q for op in ops_of(entry) for q, _ in graph.preds(op) if q not in end]
+                dev, stream = where[d] if where else (d, COMPUTE)
                 lines.append(
-                    f"device {d} waits at position {pos[d]} on {entry}, which needs "
+                    f"device {dev}{' copy stream' if stream != COMPUTE else ''} waits at "
+                    f"position {pos[d]} on {entry}, which needs "
                     + ", ".join(f"{q} (device {graph.device(q)})" for q in need)
                 )
         raise ScheduleError("deadlock: " + "; ".join(lines))
@@ -295,13 +333,18 @@ def _memory(
 
 def simulate(inst: Instance, sched: Schedule) -> SimResult:
     """Run ``sched`` on ``inst``; raise ScheduleError on structural errors or deadlock."""
-    graph = TaskGraph.of(inst, sched.ops())
+    try:
+        graph = TaskGraph.of(inst, sched.ops())
+    except ValueError as exc:  # a unit with the ops of two memory modes
+        raise ScheduleError(str(exc)) from None
     _check_structure(inst, graph, sched)
-    start, end = _run(graph, sched)
+    rows, where = lanes(graph, sched)
+    start, end = _run(graph, sched, rows, where)
     p = inst.devices
     makespan = max(end.values())
-    busy = [sum(graph.job_duration(e) for e in order) for order in sched.orders]
-    span = [end[ops_of(o[-1])[0]] - start[ops_of(o[0])[0]] if o else 0.0 for o in sched.orders]
+    compute = rows[:p]
+    busy = [sum(graph.job_duration(e) for e in order) for order in compute]
+    span = [end[ops_of(o[-1])[0]] - start[ops_of(o[0])[0]] if o else 0.0 for o in compute]
     work = sum(busy)
     peaks, peak_times, curves, violations = _memory(inst, graph, start, end)
     return SimResult(

@@ -1,0 +1,163 @@
+"""Memory modes (issue 13): instance fields, tokens, task-graph jobs and lifetimes, and the
+simulator's compute and copy streams, checked on hand-computed timelines."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import make_instance, random_valid_schedule
+
+from zbsolve.graph import TaskGraph
+from zbsolve.instance import InstanceError
+from zbsolve.ops import Op, parse_op
+from zbsolve.schedule import Schedule
+from zbsolve.simulate import ScheduleError, simulate
+
+REC = {"R": 0.5, "kept": 0.25}
+OFF = {"fraction": 1.0, "d2h": 1.0}
+
+
+def ops(text: str) -> list[Op]:
+    return [parse_op(t) for t in text.split()]
+
+
+def one_device(**modes) -> object:
+    return make_instance(p=1, m=2, F=1, I=1, W=1, **modes)
+
+
+# ---------------------------------------------------------------------- instance fields
+def test_instance_offers_modes_from_its_fields():
+    assert make_instance().modes == ("keep",)
+    inst = make_instance(recompute=REC, offload=OFF)
+    assert inst.modes == ("keep", "recompute", "offload")
+    assert inst.recompute.R == (0.5,) * 4 and inst.recompute.kept == (0.25,) * 4
+    assert inst.offload.h2d == inst.offload.d2h == (1.0,) * 4  # h2d defaults to d2h
+    assert inst.offload.streams == 1
+    assert inst.duration("R", 2) == 0.5 and inst.duration("L", 0) == 1.0
+    assert inst.kept(0, "recompute") == 0.25 and inst.kept(0, "offload") == 0.0
+    again = make_instance(recompute=REC, offload=OFF).from_dict(inst.to_dict())
+    assert again.recompute == inst.recompute and again.offload == inst.offload
+    assert inst.with_modes(("keep", "offload")).modes == ("keep", "offload")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"recompute": {"R": 1.0}}, "recompute.kept: required"),
+    ({"recompute": {"R": 1.0, "kept": 2.0}}, "recompute.kept[0]: 2.0 exceeds memory.activation"),
+    ({"recompute": {"R": 1.0, "kept": 0.1, "x": 1}}, "recompute: unknown key(s) ['x']"),
+    ({"offload": {"fraction": 1.0}}, "offload.d2h: required"),
+    ({"offload": {"fraction": 1.5, "d2h": 1.0}}, "offload.fraction[0]: 1.5 is more than"),
+    ({"offload": {"d2h": 1.0, "streams": 3}}, "offload.streams: expected 1"),
+    ({"recompute": [1, 2]}, "recompute: expected a mapping"),
+])
+def test_bad_mode_fields_are_refused_with_the_field(fields, message):
+    with pytest.raises(InstanceError) as exc:
+        make_instance(**fields)
+    assert message in str(exc.value)
+
+
+# ---------------------------------------------------------------------- tokens
+@pytest.mark.parametrize("token, op", [
+    ("3R12", Op("R", 3, 12)), ("3RS12", Op("RS", 3, 12)), ("3O12", Op("O", 3, 12)),
+    ("3L12.1", Op("L", 3, 12, 1)),
+])
+def test_mode_tokens_round_trip(token, op):
+    assert parse_op(token) == op and str(op) == token
+
+
+def test_bad_token_names_the_mode_kinds():
+    with pytest.raises(ValueError, match=r"<F\|I\|W\|B\|R\|RS\|O\|L>"):
+        parse_op("3X12")
+
+
+# ---------------------------------------------------------------------- the task graph
+def test_graph_jobs_of_each_mode():
+    inst = make_instance(p=2, m=2, recompute=REC, offload=OFF)
+    g = TaskGraph(inst, modes={(0, 0, 0): "recompute", (1, 1, 0): "offload"})
+    assert g.unit_ops(0, 0) == tuple(ops("0F0 0R0 0I0 0W0"))
+    assert g.unit_ops(1, 1) == tuple(ops("1F1 1O1 1L1 1I1 1W1"))
+    assert g.unit_ops(0, 1) == tuple(ops("0F1 0I1 0W1"))
+    assert g.count() == 3 * 4 + 1 + 2 == len(list(g.ops()))
+    assert g.preds(Op("R", 0, 0)) == [(Op("F", 0, 0), 0.0)]
+    assert (Op("R", 0, 0), 0.0) in g.preds(Op("I", 0, 0))
+    assert g.preds(Op("L", 1, 1)) == [(Op("O", 1, 1), 0.0)]
+    assert (Op("L", 1, 1), 0.0) in g.preds(Op("I", 1, 1))
+    assert Op("O", 1, 1) not in set(g.device_ops(1))  # copies are not compute-stream jobs
+    assert list(g.copy_ops(1)) == ops("1O1 1L1")
+    assert g.exists(Op("R", 0, 0)) and not g.exists(Op("R", 0, 1))
+    assert TaskGraph.of(inst, g.ops()).modes == g.modes  # the schedule's ops say the modes
+
+
+def test_unit_with_two_modes_is_refused():
+    inst = one_device(recompute=REC, offload=OFF)
+    sched = Schedule([ops("0F0 0R0 0O0 0L0 0I0 0W0 0F1 0I1 0W1")])
+    with pytest.raises(ScheduleError, match=r"runs both recompute and offload"):
+        simulate(inst, sched)
+
+
+def test_lifetimes_hold_the_whole_activation_at_the_backward_and_weight_until_w():
+    inst = make_instance(p=1, m=1, activation=1.0, weight=0.5, recompute=REC)
+    g = TaskGraph(inst, modes="recompute")
+    held = {(lt.born.kind, lt.born_at, lt.dies.kind): lt.amount for lt in g.lifetimes(0, 0)}
+    # 0.75 dies when F ends; 0.25 (the checkpoint) lives to I; R re-allocates 0.75, of which
+    # the weight's 0.5 lives to W.
+    assert held == {("F", 0, "F"): 0.75, ("F", 0, "I"): 0.25, ("R", 0, "I"): 0.25,
+                    ("R", 0, "W"): 0.5}
+
+
+# ---------------------------------------------------------------------- the simulator
+def test_recompute_timeline_and_memory():
+    inst = one_device(recompute=REC)
+    r = simulate(inst, Schedule([ops("0F0 0F1 0R0 0I0 0W0 0R1 0I1 0W1")]))
+    assert r.start[Op("R", 0, 0)] == 2 and r.start[Op("I", 0, 0)] == 2.5
+    assert r.makespan == 7 and r.busy == [7]
+    # F0 keeps 0.25 when it ends, F1 brings 1 (1.25), R0 brings back 0.75: peak 1.25, not 2.
+    assert r.peak_memory == [1.25]
+    keep = simulate(inst, Schedule([ops("0F0 0F1 0I0 0W0 0I1 0W1")]))
+    assert keep.makespan == 6 and keep.peak_memory == [2]
+
+
+def test_offload_copies_overlap_compute_and_not_each_other():
+    inst = make_instance(p=1, m=3, F=1, I=1, W=1, offload=OFF)
+    sched = Schedule([ops("0F0 0O0 0F1 0O1 0F2 0L0 0I0 0W0 0L1 0I1 0W1 0I2 0W2")])
+    r = simulate(inst, sched)
+    # copy stream: O0 1-2, O1 2-3, L0 3-4, L1 4-5; compute waits for L0: I0 at 4.
+    assert [r.start[op] for op in ops("0O0 0O1 0L0 0L1")] == [1, 2, 3, 4]
+    assert r.start[Op("I", 0, 0)] == 4 and r.start[Op("I", 0, 1)] == 6
+    assert r.makespan == 10 and r.busy == [9]  # copies are not compute time
+    # at t=3: F2 (from 2), and O0, O1 have ended; L0 allocates at 3, L1 at 4 while F2 lives.
+    assert r.peak_memory == [3]
+    two = simulate(inst.with_(offload={"fraction": 1.0, "d2h": 1.0, "streams": 2}), sched)
+    assert two.start[Op("L", 0, 0)] == 2  # its own stream: only O0 (ends at 2) holds it
+
+
+def test_mode_ops_in_row_order_per_stream():
+    inst = one_device(offload=OFF)
+    late = Schedule([ops("0F0 0F1 0L0 0O0 0I0 0W0 0I1 0W1")])  # L0 issued before its O0
+    with pytest.raises(ScheduleError, match=r"0L0 comes before its input 0O0"):
+        simulate(inst, late)
+
+
+def test_mode_not_offered_is_refused_with_the_fix():
+    inst = one_device()
+    with pytest.raises(ScheduleError, match=r"memory mode 'recompute' is not offered by the "
+                                            r"instance \(it offers keep\): add recompute: "
+                                            r"\{R, kept\} to the instance"):
+        simulate(inst, Schedule([ops("0F0 0R0 0I0 0W0 0F1 0I1 0W1")]))
+
+
+def test_missing_backward_mode_op_is_reported():
+    inst = one_device(recompute=REC)
+    with pytest.raises(ScheduleError, match=r"device 0 position 1: 0I0 comes before its input 0R0 \(row order"):
+        simulate(inst, Schedule([ops("0F0 0I0 0R0 0W0 0F1 0I1 0W1")]))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_keep_everywhere_changes_nothing(seed):
+    """An instance that offers modes simulates a keep-only schedule exactly as before."""
+    base = make_instance(p=3, m=4, F=1, I=0.7, W=0.4, comm=0.1, weight=0.3)
+    offered = base.with_(recompute={"R": 0.9, "kept": 0.1}, offload={"d2h": 0.5})
+    sched = random_valid_schedule(base, random.Random(seed))
+    a, b = simulate(base, sched), simulate(offered, sched)
+    assert (a.start, a.end, a.peak_memory, a.memory_curve) == \
+        (b.start, b.end, b.peak_memory, b.memory_curve)
