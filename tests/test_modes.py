@@ -4,6 +4,7 @@ simulator's compute and copy streams, checked on hand-computed timelines."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from conftest import make_instance, random_valid_schedule
@@ -121,14 +122,25 @@ def test_offload_copies_overlap_compute_and_not_each_other():
     inst = make_instance(p=1, m=3, F=1, I=1, W=1, offload=OFF)
     sched = Schedule([ops("0F0 0O0 0F1 0O1 0F2 0L0 0I0 0W0 0L1 0I1 0W1 0I2 0W2")])
     r = simulate(inst, sched)
-    # copy stream: O0 1-2, O1 2-3, L0 3-4, L1 4-5; compute waits for L0: I0 at 4.
-    assert [r.start[op] for op in ops("0O0 0O1 0L0 0L1")] == [1, 2, 3, 4]
+    # copy stream: O0 1-2, O1 2-3, L0 3-4 (stream busy until 3); L1 is issued when W0 starts
+    # (5), not as soon as the stream is free (4); compute waits for L0: I0 at 4.
+    assert [r.start[op] for op in ops("0O0 0O1 0L0 0L1")] == [1, 2, 3, 5]
     assert r.start[Op("I", 0, 0)] == 4 and r.start[Op("I", 0, 1)] == 6
     assert r.makespan == 10 and r.busy == [9]  # copies are not compute time
-    # at t=3: F2 (from 2), and O0, O1 have ended; L0 allocates at 3, L1 at 4 while F2 lives.
-    assert r.peak_memory == [3]
+    # at most two activations at once: each copy out frees one before the next F allocates
+    assert r.peak_memory == [2]
+    keep = simulate(inst, Schedule([ops("0F0 0F1 0F2 0I0 0W0 0I1 0W1 0I2 0W2")]))
+    assert keep.peak_memory == [3]
     two = simulate(inst.with_(offload={"fraction": 1.0, "d2h": 1.0, "streams": 2}), sched)
     assert two.start[Op("L", 0, 0)] == 2  # its own stream: only O0 (ends at 2) holds it
+
+
+def test_copy_is_issued_when_the_job_before_it_starts():
+    inst = make_instance(p=1, m=2, F=1, I=1, W=1, offload={"d2h": 0.5})
+    early = simulate(inst, Schedule([ops("0F0 0O0 0F1 0L0 0I0 0W0 0I1 0W1")]))
+    assert early.start[Op("L", 0, 0)] == 1.5  # issued at F1's start (1), after O0 (1-1.5)
+    late = simulate(inst, Schedule([ops("0F0 0O0 0F1 0I1 0W1 0L0 0I0 0W0")]))
+    assert late.start[Op("L", 0, 0)] == 3  # issued when W1 starts, though O0 ended at 1.5
 
 
 def test_mode_ops_in_row_order_per_stream():
@@ -161,3 +173,91 @@ def test_keep_everywhere_changes_nothing(seed):
     a, b = simulate(base, sched), simulate(offered, sched)
     assert (a.start, a.end, a.peak_memory, a.memory_curve) == \
         (b.start, b.end, b.peak_memory, b.memory_curve)
+
+
+# ---------------------------------------------------------------------- baselines
+def _small(limit=3, **fields):
+    fields = fields or {"recompute": {"R": 1, "kept": 0.1}, "offload": {"d2h": 0.25}}
+    return make_instance(p=4, m=8, F=1, I=1, W=1, limit=limit, **fields)
+
+
+def test_full_recompute_baselines_recompute_every_unit_before_its_backward():
+    from zbsolve.baselines import generate
+
+    inst = _small()
+    for name, keep_name, makespan in (("1f1b-recompute", "1f1b", 41), ("zb-h1-recompute",
+                                                                        "zb-h1", 35)):
+        sched, keep = generate(name, inst), generate(keep_name, inst)
+        r = simulate(inst, sched)
+        assert r.makespan == makespan and r.feasible
+        assert r.peak_memory == pytest.approx([1.3, 1.2, 1.1, 1.0])  # kept + one live
+        assert sum(op.kind == "R" for op in sched.ops()) == 32
+        for row, base in zip(sched.orders, keep.orders):  # the base order, R right before
+            assert [e for e in row if e.kind != "R"] == base
+            for a, b in zip(row, row[1:]):
+                if a.kind == "R":
+                    assert b.unit == a.unit and b.kind in ("I", "B")
+
+
+def test_recompute_to_fit_recomputes_the_fewest_evenly_spread_microbatches():
+    from zbsolve.baselines import generate
+    from zbsolve.baselines.memory_modes import spread, with_recompute
+
+    inst = _small(limit=3)
+    sched = generate("1f1b-recompute-fit", inst)
+    assert sched.meta["recomputed"] == 24  # 6 of 8 microbatches on each of the 4 stages
+    assert {op.mb for op in sched.ops() if op.kind == "R"} == set(spread(6, 8)) == \
+        {1, 2, 3, 5, 6, 7}
+    r = simulate(inst, sched)
+    assert r.feasible and r.makespan == 39 and r.peak_memory[0] == pytest.approx(2.2)
+    fewer = with_recompute(generate("1f1b", inst), [(s, j, 0) for s in range(4)
+                                                    for j in spread(5, 8)], "five")
+    assert not simulate(inst, fewer).feasible
+    assert simulate(inst, generate("zb-h1-recompute-fit", inst)).makespan == 33
+
+
+def test_pipeoffload_rule_on_1f1b():
+    from zbsolve.baselines import generate
+
+    inst = _small(limit=3)
+    sched = generate("1f1b-offload", inst)
+    r = simulate(inst, sched)
+    # copies of 0.25 hide under F = 1: 1F1B's time at half its memory on stage 0
+    assert r.makespan == 33 and r.peak_memory == [2, 2, 2, 1] and r.feasible
+    # the last stage's gaps (0) and the others' drain gaps are under 3 (d2h + h2d) = 1.5
+    assert sched.meta["offloaded"] == 24
+    assert not any(op.stage == 3 for op in sched.ops() if op.kind == "O")
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("1f1b-recompute", "the instance offers no recompute (add recompute: {R, kept})"),
+    ("1f1b-offload", "the instance offers no offload (add offload: {fraction, d2h})"),
+])
+def test_mode_baselines_need_their_mode(name, reason):
+    from zbsolve.baselines import NotApplicable, generate
+
+    with pytest.raises(NotApplicable, match=re.escape(reason)):
+        generate(name, make_instance())
+
+
+def test_recompute_fit_refuses_where_keep_fits_or_nothing_fits():
+    from zbsolve.baselines import NotApplicable, generate
+
+    with pytest.raises(NotApplicable, match="1f1b fits the memory limit without recompute"):
+        generate("1f1b-recompute-fit", _small(limit=4))
+    with pytest.raises(NotApplicable, match="even recomputing every microbatch exceeds"):
+        generate("zb-h1-recompute-fit", _small(limit=1.2))
+
+
+def test_baselines_command_lists_the_mode_families(tmp_path, capsys):
+    import json
+
+    from zbsolve.cli import main
+
+    path = tmp_path / "modes.yaml"
+    _small(limit=3).dump(path)
+    assert main(["baselines", str(path), "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["1f1b-recompute-fit"]["makespan"] == 39 and rows["1f1b-recompute-fit"]["feasible"]
+    assert rows["1f1b-offload"]["peak_memory"] == [2, 2, 2, 1]
+    assert not rows["1f1b"]["feasible"]

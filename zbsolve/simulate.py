@@ -16,7 +16,10 @@ them, so copies running next to compute are counted where they start and end.
 Streams: a device row lists its compute jobs and its copies (offload's O and L) in the order
 they are issued. Each stream of the device (``TaskGraph.stream``: compute, and one or two copy
 streams) runs its own jobs in row order, as soon as possible; streams of one device run side by
-side. Busy time, spans and bubbles are the compute stream's.
+side. A copy is issued when the compute job before it in the row starts (as PipeOffload
+triggers its loads): it starts no earlier than that job. Without this a load written late in
+the row would run as soon as its copy out ended and hold its memory all the way to the
+backward. Busy time, spans and bubbles are the compute stream's.
 """
 
 from __future__ import annotations
@@ -149,16 +152,25 @@ def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
         raise ScheduleError(f"{len(missing)} missing op(s): {_few(missing)}")
 
 
-def lanes(graph: TaskGraph, sched: Schedule) -> tuple[list[list[Entry]], list[tuple[int, int]]]:
+@dataclass
+class Lanes:
     """Each device's row split into its streams, in row order: the lanes the simulator runs,
-    the compute streams first (lane d = device d's compute stream), and (device, stream) of
-    each lane."""
+    the compute streams first (lane d = device d's compute stream); (device, stream) of each
+    lane; and for each copy the first op of the compute job issued before it in its row."""
+
+    rows: list[list[Entry]]
+    where: list[tuple[int, int]]
+    issued_after: dict[Op, Op]
+
+
+def lanes(graph: TaskGraph, sched: Schedule) -> Lanes:
     rows = sched.orders
     where = [(d, COMPUTE) for d in range(len(rows))]
     if not graph.copy_streams:
-        return rows, where
+        return Lanes(rows, where, {})
     compute: list[list[Entry]] = []
     copies: dict[tuple[int, int], list[Entry]] = {}
+    issued_after: dict[Op, Op] = {}
     for d, row in enumerate(rows):
         mine: list[Entry] = []
         for entry in row:
@@ -167,9 +179,11 @@ def lanes(graph: TaskGraph, sched: Schedule) -> tuple[list[list[Entry]], list[tu
                 mine.append(entry)
             else:
                 copies.setdefault((d, stream), []).append(entry)
+                if mine:
+                    issued_after[entry] = ops_of(mine[-1])[0]
         compute.append(mine)
     keys = sorted(copies)
-    return compute + [copies[k] for k in keys], where + keys
+    return Lanes(compute + [copies[k] for k in keys], where + keys, issued_after)
 
 
 def _placement_error(inst: Instance, sched: Schedule) -> None:
@@ -220,12 +234,13 @@ def _pair_refusal(inst: Instance, pair: Pair) -> str:
             f"backward stage {bwd.stage} on one device")
 
 
-def _run(graph: TaskGraph, sched: Schedule, orders: list[list[Entry]] | None = None,
-         where: list[tuple[int, int]] | None = None
+def _run(graph: TaskGraph, sched: Schedule, split: Lanes | None = None
          ) -> tuple[dict[Op, float], dict[Op, float]]:
     """ASAP execution of the fixed orders (per lane: a device's compute stream or one of its
     copy streams); raises on deadlock, naming every blocked device."""
-    orders = sched.orders if orders is None else orders
+    orders = sched.orders if split is None else split.rows
+    where = None if split is None else split.where
+    issued_after = {} if split is None else split.issued_after
     p = len(orders)
     pos = [0] * p
     free = [0.0] * p
@@ -267,6 +282,12 @@ def _run(graph: TaskGraph, sched: Schedule, orders: list[list[Entry]] | None = N
                         t = r + delay
                 if blocked is not None:
                     break
+            if issued_after and blocked is None and entry in issued_after:
+                r = start.get(issued_after[entry])
+                if r is None:
+                    blocked = issued_after[entry]
+                elif r > t:
+                    t = r
             if blocked is not None:
                 waiting.setdefault(blocked, []).append(d)
                 break
@@ -338,8 +359,9 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
     except ValueError as exc:  # a unit with the ops of two memory modes
         raise ScheduleError(str(exc)) from None
     _check_structure(inst, graph, sched)
-    rows, where = lanes(graph, sched)
-    start, end = _run(graph, sched, rows, where)
+    split = lanes(graph, sched)
+    start, end = _run(graph, sched, split)
+    rows = split.rows
     p = inst.devices
     makespan = max(end.values())
     compute = rows[:p]

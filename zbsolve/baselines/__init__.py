@@ -28,6 +28,12 @@ _REGISTRY: dict[str, str] = {
     "dualpipev": "dualpipe:dualpipev",
     "chimera": "chimera:chimera",
     "dualpipe": "dualpipe:dualpipe",
+    # the memory modes (issue 13): apply where the instance offers recompute / offload
+    "1f1b-recompute": "memory_modes:one_f_one_b_recompute",
+    "1f1b-recompute-fit": "memory_modes:one_f_one_b_recompute_fit",
+    "zb-h1-recompute": "memory_modes:zb_h1_recompute",
+    "zb-h1-recompute-fit": "memory_modes:zb_h1_recompute_fit",
+    "1f1b-offload": "memory_modes:one_f_one_b_offload",
 }
 NAMES = tuple(_REGISTRY)
 
