@@ -16,10 +16,18 @@ them, so copies running next to compute are counted where they start and end.
 Streams: a device row lists its compute jobs and its copies (offload's O and L) in the order
 they are issued. Each stream of the device (``TaskGraph.stream``: compute, and one or two copy
 streams) runs its own jobs in row order, as soon as possible; streams of one device run side by
-side. A copy is issued when the compute job before it in the row starts (as PipeOffload
-triggers its loads): it starts no earlier than that job. Without this a load written late in
-the row would run as soon as its copy out ended and hold its memory all the way to the
-backward. Busy time, spans and bubbles are the compute stream's.
+side. The row also says when memory moves, in two rules (the events a runtime records):
+
+- a load L starts no earlier than the end of the compute job written before it (it is issued
+  when that job is done, as PipeOffload triggers its prefetch), so a load written late runs
+  late instead of holding its memory from the moment its copy out ended;
+- a job that allocates (a forward, a recompute, a load) written after a copy out O starts no
+  earlier than O's end (what O frees is free by then), so it never counts on memory still in
+  flight; an I or W written after it does not wait.
+
+With these two rules a row sorted as a timed schedule's jobs run (``zbsolve.solver.model``)
+times every allocation after every free it came after, so its memory is never higher here.
+Busy time, spans and bubbles are the compute stream's.
 """
 
 from __future__ import annotations
@@ -156,11 +164,19 @@ def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
 class Lanes:
     """Each device's row split into its streams, in row order: the lanes the simulator runs,
     the compute streams first (lane d = device d's compute stream); (device, stream) of each
-    lane; and for each copy the first op of the compute job issued before it in its row."""
+    lane; and per job the ops whose end it waits for besides its inputs (module docstring:
+    a load, the compute job before it; a job after a copy out, that copy out)."""
 
     rows: list[list[Entry]]
     where: list[tuple[int, int]]
-    issued_after: dict[Op, Op]
+    waits_for: dict[Entry, list[Op]]
+
+
+def allocates(entry: Entry) -> bool:
+    """Whether a job allocates memory when it starts: a forward (alone or in a pair), a
+    recompute, a load."""
+    kind = entry[0][0] if type(entry) is Pair else entry[0]
+    return kind == "F" or kind == "R" or kind == "RS" or kind == "L"
 
 
 def lanes(graph: TaskGraph, sched: Schedule) -> Lanes:
@@ -170,20 +186,26 @@ def lanes(graph: TaskGraph, sched: Schedule) -> Lanes:
         return Lanes(rows, where, {})
     compute: list[list[Entry]] = []
     copies: dict[tuple[int, int], list[Entry]] = {}
-    issued_after: dict[Op, Op] = {}
+    waits_for: dict[Entry, list[Op]] = {}
     for d, row in enumerate(rows):
         mine: list[Entry] = []
+        last_out: Op | None = None
         for entry in row:
             stream = COMPUTE if type(entry) is Pair else graph.stream(entry)
+            wait = [last_out] if last_out is not None and allocates(entry) else []
             if stream == COMPUTE:
                 mine.append(entry)
             else:
                 copies.setdefault((d, stream), []).append(entry)
-                if mine:
-                    issued_after[entry] = ops_of(mine[-1])[0]
+                if entry[0] == "L" and mine:
+                    wait.append(ops_of(mine[-1])[0])
+                if entry[0] == "O":
+                    last_out = entry
+            if wait:
+                waits_for[entry] = wait
         compute.append(mine)
     keys = sorted(copies)
-    return Lanes(compute + [copies[k] for k in keys], where + keys, issued_after)
+    return Lanes(compute + [copies[k] for k in keys], where + keys, waits_for)
 
 
 def _placement_error(inst: Instance, sched: Schedule) -> None:
@@ -240,7 +262,7 @@ def _run(graph: TaskGraph, sched: Schedule, split: Lanes | None = None
     copy streams); raises on deadlock, naming every blocked device."""
     orders = sched.orders if split is None else split.rows
     where = None if split is None else split.where
-    issued_after = {} if split is None else split.issued_after
+    waits_for = {} if split is None else split.waits_for
     p = len(orders)
     pos = [0] * p
     free = [0.0] * p
@@ -282,12 +304,14 @@ def _run(graph: TaskGraph, sched: Schedule, split: Lanes | None = None
                         t = r + delay
                 if blocked is not None:
                     break
-            if issued_after and blocked is None and entry in issued_after:
-                r = start.get(issued_after[entry])
-                if r is None:
-                    blocked = issued_after[entry]
-                elif r > t:
-                    t = r
+            if waits_for and blocked is None and entry in waits_for:
+                for q in waits_for[entry]:
+                    r = end.get(q)
+                    if r is None:
+                        blocked = q
+                        break
+                    if r > t:
+                        t = r
             if blocked is not None:
                 waiting.setdefault(blocked, []).append(d)
                 break

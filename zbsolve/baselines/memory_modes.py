@@ -7,9 +7,11 @@
   consecutive microbatches, so spreading them keeps the fewest kept ones in any window); the
   smallest count that the simulator finds fitting wins.
 - ``1f1b-offload``: PipeOffload's rule on 1F1B: offload a microbatch when its F -> backward gap
-  in the keep schedule is at least 3 (d2h + h2d). The copy out is issued right after its F,
-  the copy back right after the compute job before its backward (a copy is issued when the
-  job before it in the row starts: ``zbsolve.simulate``), so the load overlaps that job.
+  in the keep schedule is at least 3 (d2h + h2d). The copy out is written after the compute
+  job that follows its F (it runs as soon as F ends; the jobs written after it wait for its
+  end, ``zbsolve.simulate``), the copy back after the job two before its backward (a load
+  starts when the job before it in the row ends), so the load overlaps the job right before
+  the backward.
 
 Every schedule here is a keep baseline plus the mode's ops: the orders of F, I, W and B are
 the base family's, so the mode's cost is all that differs.
@@ -102,8 +104,8 @@ def one_f_one_b_offload(inst: Instance) -> Schedule:
     rows: list[list[Entry]] = []
     count = 0
     for row in keep.orders:
-        loads: dict[int, Op] = {}  # row position of the job a load is issued before
-        outs: dict[int, Op] = {}  # row position of the F a copy out follows
+        loads: dict[int, list[Op]] = {}  # row position of the job a load is written after
+        outs: dict[int, list[Op]] = {}  # row position of the job a copy out is written after
         where_f = {e.unit: i for i, e in enumerate(row) if e.kind == "F"}
         for i, entry in enumerate(row):
             if entry.kind not in _BACKWARD:
@@ -111,18 +113,15 @@ def one_f_one_b_offload(inst: Instance) -> Schedule:
             s, j, g = entry.unit
             f = Op("F", s, j, g)
             gap = sim.start[entry] - sim.end[f]
-            if gap < 3 * (off.d2h[s] + off.h2d[s]) or i - 1 <= where_f[entry.unit]:
+            if gap < 3 * (off.d2h[s] + off.h2d[s]) or i - 2 < where_f[entry.unit] + 1:
                 continue
-            outs[where_f[entry.unit]] = Op("O", s, j, g)
-            loads[i - 1] = Op("L", s, j, g)
+            outs.setdefault(where_f[entry.unit] + 1, []).append(Op("O", s, j, g))
+            loads.setdefault(i - 2, []).append(Op("L", s, j, g))
             count += 1
         out: list[Entry] = []
         for i, entry in enumerate(row):
             out.append(entry)
-            if i in loads:  # before the job's own copy out: that one waits for the job's end
-                out.append(loads[i])
-            if i in outs:
-                out.append(outs[i])
+            out += outs.get(i, []) + loads.get(i, [])
         rows.append(out)
     require(count > 0, name, "no microbatch's F -> backward gap reaches 3 (d2h + h2d)")
     return Schedule(rows, name=name, meta={"offloaded": count})

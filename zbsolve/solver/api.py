@@ -44,6 +44,7 @@ from zbsolve.solver.model import (
     build_model,
     microbatch_relabelling,
     scaled_instance,
+    whole_microbatch_relabelling,
 )
 from zbsolve.solver.progress import Progress, rel_gap
 
@@ -182,6 +183,10 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     if method == "auto":
         method = "exact" if n_ops <= EXACT_MAX_OPS else "large"
     info: dict[str, Any] = {"method": method, "ops": n_ops}
+    if method == "large" and inst.offers_modes:
+        method = info["method"] = "exact"
+        info["note_modes"] = ("the large-instance method does not choose memory modes yet "
+                              "(issue 13): the exact model chooses them")
     found: Schedule | None = None
     cp_bound: float | None = None
     remaining = options.time_limit - (time.perf_counter() - t0)
@@ -200,6 +205,14 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         found, cp_bound = _solve_exact(inst, options, inc, remaining, progress, info)
 
     chosen, source = inc, f"hint:{inc.name}"
+    if found is not None and inst.offers_modes:
+        # Copies run beside compute, so a solution's rows can re-time (ASAP) differently from
+        # the model; the simulator is the judge and a rejected answer leaves the incumbent.
+        try:
+            validate(inst, found)
+        except ScheduleError as exc:
+            info["rejected"] = f"the solver's orders failed the simulator: {exc}"
+            found = None
     if found is not None:
         sim = validate(inst, found)
         if sim.value(objective) <= inc.sim.value(objective) + TOL:
@@ -259,7 +272,8 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
     si = scaled_instance(inst, scale)
     hint_sched = split_backward(inc.schedule)
     hint_sim = simulate(si, hint_sched)  # integer start times
-    starts, pairs = _model_hint(hint_sched, hint_sim, options.symmetry)
+    starts, pairs = _model_hint(hint_sched, hint_sim, options.symmetry,
+                                si if TaskGraph(si).open else None)
     # The makespan of an ASAP-timed feasible order is attainable in the model, so it is a safe
     # upper bound (and horizon). For span only if the hint starts every device at its head (the
     # model pins that); then every op ends by max(head of a first op) + span.
@@ -300,11 +314,12 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
     return Schedule(sm.entries(solver), name=f"cpsat-{options.objective}"), bound
 
 
-def _model_hint(sched: Schedule, sim: SimResult, symmetry: bool
-                ) -> tuple[dict[Op, float], list[Pair]]:
+def _model_hint(sched: Schedule, sim: SimResult, symmetry: bool,
+                open_view: Instance | None = None) -> tuple[dict[Op, float], list[Pair]]:
     """The incumbent as the model sees it: every op's start in the split form (a pair's fused
     B becomes its I and W, both at the pair's start), and its pairs; relabelled into
-    microbatch order when the model breaks that symmetry."""
+    microbatch order when the model breaks that symmetry (``open_view``: the instance whose
+    memory modes the model chooses, where whole microbatches are relabelled)."""
     starts = dict(sim.start)
     pairs = [e for row in sched.orders for e in row if isinstance(e, Pair)]
     for pair in pairs:
@@ -313,6 +328,11 @@ def _model_hint(sched: Schedule, sim: SimResult, symmetry: bool
             starts[pair.second._replace(kind=Kind.I)] = starts[pair.second._replace(kind=Kind.W)] = t
     if not symmetry:
         return starts, pairs
+    if open_view is not None:
+        relabel = whole_microbatch_relabelling(open_view, starts)
+        return ({relabel[op]: t for op, t in starts.items()},
+                [Pair(relabel.get(p.first, p.first), relabel.get(p.second, p.second))
+                 for p in pairs])
     relabel = microbatch_relabelling(starts)
     starts = {relabel[op]: t for op, t in starts.items()}
 

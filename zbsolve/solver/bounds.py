@@ -291,8 +291,11 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
     """
     out: list[float | None] = []
     m = inst.microbatches
-    if inst.replicas != 1 or getattr(inst, "segments", 1) != 1 or inst.overlap is not None:
-        return [None] * inst.devices  # the argument walks one chain of unsegmented solo units
+    if (inst.replicas != 1 or getattr(inst, "segments", 1) != 1 or inst.overlap is not None
+            or inst.offers_modes):
+        # the argument walks one chain of unsegmented solo units, each holding its whole
+        # activation from F to I: a recomputed or offloaded unit holds less in between
+        return [None] * inst.devices
     heads = heads_tails(inst, ordered=False).head
     for d in range(inst.devices):
         stages = sorted(inst.stages_of(d))

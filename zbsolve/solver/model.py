@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from zbsolve.graph import START, TaskGraph
+from zbsolve.graph import COMPUTE, KEEP, START, Lifetime, TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Entry, Kind, Op, Pair
+from zbsolve.simulate import allocates
 from zbsolve.solver.bounds import analytic_bound, first_head, heads_tails
 
 OBJECTIVES = ("makespan", "span")
@@ -62,8 +63,8 @@ class TimeScale:
 
     @staticmethod
     def choose(inst: Instance) -> TimeScale:
-        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm, *_pair_works(inst))
-                 if x > 0]
+        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm, *_pair_works(inst),
+                             *_mode_times(inst)) if x > 0]
         t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
         if t_scale is None:
             raise ValueError(
@@ -72,7 +73,7 @@ class TimeScale:
             )
         err = max((abs(round(x * t_scale) - x * t_scale) / (x * t_scale) for x in times),
                   default=0.0)
-        mems = [x for x in (*inst.activation, *inst.weight, *inst.params,
+        mems = [x for x in (*inst.activation, *inst.weight, *inst.params, *_mode_memory(inst),
                             *(v for v in inst.limit if v is not None)) if x > 0]
         m_scale = _pick_scale(mems, exact=True)
         return TimeScale(t_scale, m_scale or 10**4, err if err > 1e-12 else 0.0,
@@ -108,6 +109,26 @@ def _pair_works(inst: Instance) -> list[float]:
             for a, b, x in graph.pair_options(d) for w in (0.0, inst.W[b])]
 
 
+def _mode_times(inst: Instance) -> list[float]:
+    """The memory modes' job times (R, R_selective, d2h, h2d): integers in the model too."""
+    out: list[float] = []
+    if inst.recompute is not None:
+        out += [*inst.recompute.R, *(inst.recompute.R_selective or ())]
+    if inst.offload is not None:
+        out += [*inst.offload.d2h, *inst.offload.h2d]
+    return out
+
+
+def _mode_memory(inst: Instance) -> list[float]:
+    """What the memory modes keep and move: the model's memory amounts besides activations."""
+    out: list[float] = []
+    if inst.recompute is not None:
+        out += [*inst.recompute.kept, *(inst.recompute.kept_selective or ())]
+    if inst.offload is not None:
+        out += [inst.moved(s) for s in range(inst.stages)]
+    return out
+
+
 def _pick_scale(values: list[float], exact: bool) -> int | None:
     for k in range(MAX_POW10 + 1):
         s = 10**k
@@ -133,11 +154,20 @@ def scaled_instance(inst: Instance, scale: TimeScale) -> Instance:
     def mems(values: tuple[float, ...]) -> tuple[float, ...]:
         return tuple(float(scale.mem_up(x)) for x in values)
 
+    rec, off = inst.recompute, inst.offload
+    if rec is not None:
+        rec = dataclasses.replace(
+            rec, R=times(rec.R), kept=mems(rec.kept),
+            R_selective=None if rec.R_selective is None else times(rec.R_selective),
+            kept_selective=None if rec.kept_selective is None else mems(rec.kept_selective))
+    if off is not None:
+        off = dataclasses.replace(off, d2h=times(off.d2h), h2d=times(off.h2d))
     return dataclasses.replace(
         inst, F=times(inst.F), I=times(inst.I), W=times(inst.W), sync=times(inst.sync),
         comm=float(scale.t(inst.comm)),
         activation=mems(inst.activation), weight=mems(inst.weight), params=mems(inst.params),
         limit=tuple(None if x is None else float(scale.mem_down(x)) for x in inst.limit),
+        recompute=rec, offload=off,
     )
 
 
@@ -162,6 +192,7 @@ class ScheduleModel:
     pairs: list[PairChoice] = field(default_factory=list)
     solo: dict[Op, cp_model.IntVar] = field(default_factory=dict)
     end_var: dict[Op, cp_model.IntVar] = field(default_factory=dict)
+    modes: list[ModeChoice] = field(default_factory=list)
 
     def duration(self, op: Op) -> int:
         return int(self.graph.duration(op))
@@ -177,19 +208,60 @@ class ScheduleModel:
         return rows
 
     def entries(self, solver: cp_model.CpSolver) -> list[list[Entry]]:
-        """Per-device jobs of a solution, by start time: ops alone and the chosen pairs."""
+        """Per-device jobs of a solution, by start time: ops alone, the chosen pairs and the
+        chosen modes' recomputes; the chosen copies written where the simulator's row rules
+        (``zbsolve.simulate``) keep their memory: a copy out right after the last allocating
+        job that starts before it ends, a load after the last compute job that ends before it
+        starts (a stream's copies kept in start order)."""
         chosen = [c for c in self.pairs if solver.boolean_value(c.present)]
         inside = {op for c in chosen for op in (c.forward, c.backward)}
         inside |= {c.backward._replace(kind=Kind.W) for c in chosen if c.with_weight}
-        jobs: list[tuple[int, bool, int, Entry]] = [
-            (solver.value(self.start[op]), op.kind != Kind.I, self.graph.device(op), op)
-            for op in self.interval if op not in inside]
-        jobs += [(solver.value(c.start), False, self.graph.device(c.forward), c.entry)
-                 for c in chosen]
+        jobs: list[tuple[int, bool, int, Entry, int]] = [
+            (t := solver.value(self.start[op]), op.kind != Kind.I, self.graph.device(op), op,
+             t + self.duration(op)) for op in self.interval if op not in inside]
+        jobs += [(t := solver.value(c.start), False, self.graph.device(c.forward), c.entry,
+                  t + c.duration) for c in chosen]
+        copies: list[tuple[int, Op]] = []
+        for c in self.modes:
+            if solver.boolean_value(c.present):
+                for op, v in c.start.items():
+                    t = solver.value(v)
+                    if self.graph.stream(op) == COMPUTE:
+                        jobs.append((t, True, self.graph.device(op), op, t + self.duration(op)))
+                    else:
+                        copies.append((t, op))
         rows: list[list[Entry]] = [[] for _ in range(self.inst.devices)]
-        for _, _, d, entry in sorted(jobs, key=lambda j: (j[0], j[1])):
+        spans: list[list[tuple[int, int, bool]]] = [[] for _ in range(self.inst.devices)]
+        for t, _, d, entry, e in sorted(jobs, key=lambda j: (j[0], j[1])):
             rows[d].append(entry)
-        return rows
+            spans[d].append((t, e, allocates(entry)))
+        if not copies:
+            return rows
+        placed: list[list[tuple[int, int, Op]]] = [[] for _ in rows]
+        last: dict[tuple[int, int], int] = {}  # a stream's copies stay in start order
+        for t, op in sorted(copies):
+            d = self.graph.device(op)
+            if op.kind == Kind.O:  # after the last allocating job that starts before its end
+                end = t + self.duration(op)
+                pos = max((k + 1 for k, (s, _, a) in enumerate(spans[d]) if a and s < end),
+                          default=0)
+            else:  # after the last job that ends before it starts
+                pos = sum(1 for _, e, _ in spans[d] if e <= t)
+            key = (d, self.graph.stream(op))
+            pos = last[key] = max(pos, last.get(key, 0))
+            placed[d].append((pos, t, op))
+        out: list[list[Entry]] = []
+        for d, row in enumerate(rows):
+            at: dict[int, list[Op]] = {}
+            for pos, _, op in sorted(placed[d]):
+                at.setdefault(pos, []).append(op)
+            merged: list[Entry] = []
+            for k in range(len(row) + 1):
+                merged += at.get(k, [])
+                if k < len(row):
+                    merged.append(row[k])
+            out.append(merged)
+        return out
 
     def add_hint(self, starts: Mapping[Op, int], pairs: Sequence[Pair] = ()) -> None:
         """Hint start times and, where the model has pair choices, which pairs run (then a
@@ -215,6 +287,12 @@ class ScheduleModel:
             self.model.add_hint(c.present, k in on)
             if k in on:
                 self.model.add_hint(c.start, on[k])
+        for c in self.modes:  # a mode is hinted where the hint has all its ops
+            on_ = all(op in starts for op in c.start)
+            self.model.add_hint(c.present, on_)
+            for op, v in c.start.items():
+                if on_:
+                    self.model.add_hint(v, int(starts[op]))
         for op, solo in self.solo.items():
             self.model.add_hint(solo, op not in members)
             if op in members:
@@ -239,6 +317,19 @@ def microbatch_relabelling(starts: Mapping[Op, float]) -> dict[Op, Op]:
         for mb, (_, old) in zip(mbs, sorted(items)):
             out[Op(kind, stage, old, seg)] = Op(kind, stage, mb, seg)
     return out
+
+
+def whole_microbatch_relabelling(inst: Instance, starts: Mapping[Op, float]) -> dict[Op, Op]:
+    """Relabel whole microbatches (every op, memory-mode ops included) so that each replica's
+    first forwards run in microbatch order: the only symmetry the model keeps while memory
+    modes are still to be chosen (``TaskGraph.same_class_prev``, open view)."""
+    S = inst.model_stages
+    new_of: dict[int, int] = {}
+    for r in range(inst.replicas):
+        mbs = list(range(r, inst.microbatches, inst.replicas))
+        by_start = sorted(mbs, key=lambda j: (starts.get(Op(Kind.F, r * S, j), math.inf), j))
+        new_of.update(zip(by_start, mbs))
+    return {op: op._replace(mb=new_of[op.mb]) if op.mb >= 0 else op for op in starts}
 
 
 def sorted_by_microbatch(starts: Mapping[Op, float]) -> dict[Op, float]:
@@ -277,6 +368,7 @@ def build_model(
     scale = scale or TimeScale.choose(inst)
     b = _Builder(inst, scale_=scale, objective=objective, symmetry=symmetry)
     b.variables(horizon, upper_bound, fixed, window)
+    b.modes()
     b.pairs_exclusive()
     b.precedences(order)
     if symmetry:
@@ -286,6 +378,18 @@ def build_model(
     if hint:
         sm.add_hint(hint)
     return sm
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    """A memory mode other than keep that the model may choose for one unit: its literal, and
+    the start and optional interval of each op the mode adds (R; or O and L)."""
+
+    unit: tuple[int, int, int]
+    mode: str
+    present: cp_model.IntVar
+    start: dict[Op, cp_model.IntVar]
+    interval: dict[Op, cp_model.IntervalVar]
 
 
 @dataclass(frozen=True)
@@ -329,6 +433,12 @@ class _Builder:
         self.end_var: dict[Op, cp_model.IntVar] = {}  # ops that may run in a pair
         self.solo: dict[Op, cp_model.IntVar] = {}
         self.pairs: list[PairChoice] = []
+        # memory modes still to be chosen (the graph's open view): one graph per mode, every
+        # unit in it, for the mode's ops, dependencies and lifetimes
+        self.mode_graphs = ({m: TaskGraph(self.si, modes=m) for m in self.si.modes if m != KEEP}
+                            if self.graph.open else {})
+        self.mode_choices: list[ModeChoice] = []
+        self.keep_lit: dict[tuple[int, int, int], cp_model.IntVar] = {}
         self.first: list[cp_model.IntVar] = []
         self.last: list[cp_model.IntVar] = []
 
@@ -396,7 +506,8 @@ class _Builder:
                     length = scale.t(x * work)
                     for j1 in si.microbatches_of(a):
                         for j2 in si.microbatches_of(b):
-                            if j1 == j2 or (self.symmetry and si.replica_of(a) == si.replica_of(b)
+                            if j1 == j2 or (self.symmetry and not graph.open
+                                            and si.replica_of(a) == si.replica_of(b)
                                             and j2 > j1):
                                 continue
                             fwd, bwd = Op(Kind.F, a, j1), Op(Kind.I, b, j2)
@@ -418,6 +529,42 @@ class _Builder:
             model.add(self.start[op] == start).only_enforce_if(present)
             model.add(self.end_var[op] == start + length).only_enforce_if(present)
         self.pairs.append(PairChoice(fwd, bwd, absorbs, length, present, start, interval))
+
+    def modes(self) -> None:
+        """Ensures every unit runs in exactly one memory mode: keep, or one the instance
+        offers, whose ops (R on the compute stream; O and L on the copy stream) are optional
+        intervals present with the mode's literal, placed after and before what the task
+        graph's form with that mode says (F before them, them before the backward)."""
+        model = self.model
+        for unit in (self.graph.units() if self.mode_graphs else ()):
+            lits = []
+            bw = self.graph.backward(*unit)
+            keep_preds = set(self.graph.preds(bw))
+            lo = int(list(self.start[Op(Kind.F, *unit)].proto.domain)[0]) \
+                + self.dur[Op(Kind.F, *unit)]
+            hi = int(list(self.start[bw].proto.domain)[-1])
+            for mode, g in self.mode_graphs.items():
+                lit = model.new_bool_var(f"{mode}{unit}")
+                starts, intervals = {}, {}
+                for op in g.mode_ops(*unit):
+                    dur = int(g.duration(op))
+                    starts[op] = model.new_int_var(min(lo, hi - dur), hi - dur, str(op))
+                    intervals[op] = model.new_optional_fixed_size_interval_var(
+                        starts[op], dur, lit, f"i{op}")
+
+                def end(op: Op, starts=starts, g=g):
+                    return starts[op] + int(g.duration(op)) if op in starts else self.end(op)
+
+                for op in starts:
+                    for pred, delay in g.preds(op):
+                        model.add(starts[op] >= end(pred) + int(delay)).only_enforce_if(lit)
+                for pred, delay in g.preds(bw):
+                    if (pred, delay) not in keep_preds:
+                        model.add(self.start[bw] >= end(pred) + int(delay)).only_enforce_if(lit)
+                lits.append(lit)
+                self.mode_choices.append(ModeChoice(unit, mode, lit, starts, intervals))
+            keep = self.keep_lit[unit] = model.new_bool_var(f"keep{unit}")
+            model.add_exactly_one([keep, *lits])
 
     def pairs_exclusive(self) -> None:
         """Ensures each op runs exactly once: alone or in one of its pairs."""
@@ -454,10 +601,18 @@ class _Builder:
         """Ensures a device runs one op at a time and its memory fits (its lifetimes and
         resident weights under its limit), and defines its first start and last end."""
         si, graph, model = self.si, self.graph, self.model
+        streams: dict[tuple[int, int], list[cp_model.IntervalVar]] = {}
+        for c in self.mode_choices:  # R with the device's compute, copies on their streams
+            for op, interval in c.interval.items():
+                streams.setdefault((graph.device(op), graph.stream(op)), []).append(interval)
         for d in range(si.devices):
             dev_ops = list(graph.device_ops(d))
             model.add_no_overlap([self.interval[op] for op in dev_ops]
-                                 + [c.interval for c in self.pairs if graph.device(c.forward) == d])
+                                 + [c.interval for c in self.pairs if graph.device(c.forward) == d]
+                                 + streams.get((d, COMPUTE), []))
+            for (dd, stream), intervals in streams.items():
+                if dd == d and stream != COMPUTE:
+                    model.add_no_overlap(intervals)
             f = model.new_int_var(0, self.horizon, f"first{d}")
             e = model.new_int_var(0, self.horizon, f"last{d}")
             # A device's first op is an F and its last a W or B (every backward of d follows an
@@ -470,7 +625,8 @@ class _Builder:
             # In microbatch order the first op is the first forward of the device's lowest
             # stage in some replica: exact when there is one such candidate.
             leads = _leads(si, d)
-            if self.symmetry:
+            ordered = self.symmetry and not graph.open  # open view: only first forwards ordered
+            if ordered:
                 if len(leads) == 1:
                     model.add(f == self.start[leads[0]])
                 else:
@@ -478,7 +634,7 @@ class _Builder:
             if self.objective_name == "span":
                 # Span is measured with every device starting as early as the graph allows (as
                 # the ASAP simulator does): otherwise a late start shortens a span on paper only.
-                if not self.symmetry:
+                if not ordered:
                     model.add_min_equality(f, [self.start[op] for op in dev_ops if op.kind == Kind.F])
                 model.add(f == int(first_head(si, self.ht, d)))
             if redundant:
@@ -487,8 +643,55 @@ class _Builder:
                 _add_memory_precedences(model, si, d, self.start, self.dur)
             self.first.append(f)
             self.last.append(e)
-            _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
-                        memory_model)
+            if self.mode_graphs:
+                self._memory_with_modes(d, memory_model)
+            else:
+                _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
+                            memory_model)
+
+    def _memory_with_modes(self, d: int, memory_model: str) -> None:
+        """Device d's memory when modes are chosen: every mode's lifetimes of every unit (the
+        graph of that mode says them), each present with its mode's literal."""
+        si, model = self.si, self.model
+        limit = si.limit[d]
+        if limit is None:
+            return
+        cap = int(limit - si.resident(d))
+        if cap >= sum(math.ceil(lt.amount) for lt in self.graph.device_lifetimes(d)):
+            return  # no unit ever holds more than its keep lifetimes
+        items: list[tuple[Lifetime, cp_model.IntVar, ModeChoice | None]] = []
+        for s in si.stages_of(d):
+            for j in si.microbatches_of(s):
+                for g in range(self.graph.segments):
+                    items += [(lt, self.keep_lit[(s, j, g)], None)
+                              for lt in self.graph.lifetimes(s, j, g)]
+        for c in self.mode_choices:
+            if self.graph.device(Op(Kind.F, *c.unit)) == d:
+                items += [(lt, c.present, c) for lt in self.mode_graphs[c.mode].lifetimes(*c.unit)]
+
+        def at(op: Op, edge: int, c: ModeChoice | None):
+            if c is not None and op in c.start:
+                v = c.start[op]
+                return v if edge == START else v + int(self.graph.duration(op))
+            return self.start[op] if edge == START else self.end(op)
+
+        times, changes, actives, intervals, demands = [], [], [], [], []
+        for lt, lit, c in items:
+            born, dies = at(lt.born, lt.born_at, c), at(lt.dies, lt.dies_at, c)
+            amount = math.ceil(lt.amount - 1e-9)  # amounts a share makes fractional: rounded up
+            if memory_model == "reservoir":
+                times += [born, dies]
+                changes += [amount, -amount]
+                actives += [lit, lit]
+                continue
+            size = model.new_int_var(0, self.horizon, f"life{lt.born}{lt.dies}")
+            intervals.append(model.new_optional_interval_var(born, size, dies, lit,
+                                                             f"mem{lt.born}{lt.dies}"))
+            demands.append(amount)
+        if memory_model == "reservoir":
+            model.add_reservoir_constraint_with_active(times, changes, actives, 0, cap)
+        else:
+            model.add_cumulative(intervals, demands, cap)
 
     def objective(self, redundant: bool, upper_bound: int | None) -> ScheduleModel:
         """Defines the objective (makespan, or longest device span) and minimizes it."""
@@ -511,8 +714,10 @@ class _Builder:
         return ScheduleModel(model, self.inst, si, self.graph, self.scale, self.objective_name,
                              self.horizon, self.start, self.interval, self.first, self.last,
                              obj, lb, {"ops": len(self.ops), "horizon": self.horizon,
-                                       "pair_choices": len(self.pairs)},
-                             pairs=self.pairs, solo=self.solo, end_var=self.end_var)
+                                       "pair_choices": len(self.pairs),
+                                       "mode_choices": len(self.mode_choices)},
+                             pairs=self.pairs, solo=self.solo, end_var=self.end_var,
+                             modes=self.mode_choices)
 
 
 def _leads(si: Instance, d: int) -> list[Op]:
@@ -574,8 +779,8 @@ def in_flight_caps(inst: Instance, d: int) -> dict[int, int]:
     """
     limit = inst.limit[d]
     if (limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1
-            or inst.overlap is not None):
-        return {}  # the argument walks one chain of unsegmented solo units
+            or inst.overlap is not None or inst.offers_modes):
+        return {}  # the argument walks one chain of unsegmented solo units, kept F to I
     limit -= inst.resident(d)
     out = {}
     stages = sorted(inst.stages_of(d))
