@@ -313,3 +313,76 @@ def test_bounds_with_modes_stay_below_the_optimum():
     assert analytic_bound(inst) <= 30
     keep = make_instance(p=4, m=8, limit=2)
     assert memory_end_bounds(keep) != [None] * 4
+
+
+# ---------------------------------------------------------------------- exports
+def _mixed():
+    """1F1B on the small instance with microbatches 1 and 2 recomputed and copies for 5."""
+    from zbsolve.baselines import generate
+    from zbsolve.baselines.memory_modes import with_recompute
+
+    inst = _small(limit=None)
+    sched = with_recompute(generate("1f1b-offload", inst), [(0, 1, 0), (1, 2, 0)], "mixed")
+    # a unit has one mode: drop the copies of the units recomputed instead
+    rows = [[e for e in row if not (e.kind in ("O", "L") and e.unit in {(0, 1, 0), (1, 2, 0)})]
+            for row in sched.orders]
+    return inst, Schedule(rows, name="mixed")
+
+
+def test_torch_csv_refuses_memory_modes_with_the_reason(tmp_path):
+    from zbsolve.export import write
+    from zbsolve.export.torch_csv import TorchCSVError
+
+    inst, sched = _mixed()
+    simulate(inst, sched)  # a valid schedule
+    for fmt in ("torch-csv", "torch-csv-comms"):
+        out = tmp_path / f"{fmt}.csv"
+        with pytest.raises(TorchCSVError, match=rf"--format {fmt}: the schedule uses memory "
+                                                r"modes \(L, O, R actions"):
+            write(inst, sched, fmt, out)
+        assert not out.exists()
+
+
+def test_torch_csv_ext_writes_mode_cells_in_row_order(tmp_path):
+    import csv
+
+    from zbsolve.export import write
+
+    inst, sched = _mixed()
+    out = tmp_path / "ext.csv"
+    report = write(inst, sched, "torch-csv-ext", out)
+    rows = list(csv.reader(out.open()))
+    assert rows == [[str(e) for e in row] for row in sched.orders]
+    assert "0R1" in rows[0] and "1R2" in rows[1] and "0O0" in rows[0] and "0L0" in rows[0]
+    assert rows[0].index("0O0") < rows[0].index("0L0") < rows[0].index("0B0")
+    assert report.p2p_checks  # the lowered table was proved deadlock-free
+
+
+def test_executor_table_carries_mode_actions(tmp_path):
+    from zbsolve.export import write
+    from zbsolve.export.executor import load_table, schedule_from_table
+    from zbsolve.export.p2p_check import require_safe
+
+    inst, sched = _mixed()
+    out = tmp_path / "table.json"
+    write(inst, sched, "executor", out)
+    table = load_table(out)  # schema-checked: R, O, L are action kinds
+    kinds = {a.kind for row in table.actions for a in row}
+    assert {"R", "O", "L", "SEND_F", "RECV_B"} <= kinds
+    assert table.compute_orders() == sched.orders  # copies stay where the row issues them
+    require_safe(table)
+    again = simulate(inst, schedule_from_table(table))
+    assert again.makespan == simulate(inst, sched).makespan
+
+
+def test_runner_refuses_tables_with_memory_modes(tmp_path):
+    pytest.importorskip("torch")
+    from zbsolve.export.executor import lower
+    from zbsolve.runtime.runner import TableMismatch, check_table
+
+    inst, sched = _mixed()
+    table = lower(inst, sched)
+    with pytest.raises(TableMismatch, match=r"uses memory modes \(L, O, R actions: recompute "
+                                            r"/ offload copies\); the runner does not execute "
+                                            r"them yet \(issue 13\)"):
+        check_table(table, table.ranks, {})

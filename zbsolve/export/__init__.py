@@ -55,12 +55,18 @@ def write(inst, sched, fmt: str, output: str | Path, fuse_bw: bool = False) -> E
     """
     from zbsolve.export.executor import lower
     from zbsolve.export.p2p_check import require_safe
-    from zbsolve.export.torch_csv import TorchCSVError, cell, torch_refusal
+    from zbsolve.export.torch_csv import (
+        TorchCSVError,
+        cell,
+        torch_refusal,
+        torch_schedule_refusal,
+    )
     from zbsolve.schedule import fuse_backward
 
     if fmt not in FORMATS:
         raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-    why = torch_refusal(inst) if fmt in ("torch-csv", "torch-csv-comms") else None
+    why = (torch_refusal(inst) or torch_schedule_refusal(sched)
+           if fmt in ("torch-csv", "torch-csv-comms") else None)
     if why:
         raise TorchCSVError(f"--format {fmt}: {why}")
     output = str(output)

@@ -31,9 +31,10 @@ from zbsolve.schedule import Schedule, fuse_backward
 FORMAT = "zbsolve-executor"
 VERSION = 1
 COMPUTE_KINDS = ("F", "I", "W", "B")
+MODE_KINDS = ("R", "RS", "O", "L")  # memory modes (issue 13): recompute, copy out, load back
 PAIR_KIND = "OVERLAP_F_B"  # torch's name for a forward and a backward run as one job
 COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
-KINDS = COMPUTE_KINDS + (PAIR_KIND,) + COMM_KINDS
+KINDS = COMPUTE_KINDS + MODE_KINDS + (PAIR_KIND,) + COMM_KINDS
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "executor.schema.json"
 
 
@@ -318,6 +319,7 @@ def lower(
     rows: list[list[tuple[tuple, Action]]] = [[] for _ in range(inst.devices)]
     where: dict[Op, int] = {}
     for d, order in enumerate(sched.orders):
+        glued: tuple = (0.0, 1, -1, 0)  # a copy stays right after the entry before it in its row
         for pos, entry in enumerate(order):
             head = ops_of(entry)[0]
             for op in ops_of(entry):
@@ -327,7 +329,11 @@ def lower(
                              pair=entry)
             else:
                 act = Action(head.kind, head.stage, head.mb, start[head], end[head], seg=head.seg)
-            rows[d].append(((start[head], 1, pos, 0), act))
+            if head.kind in ("O", "L"):  # its row position is what the simulator timed it by
+                glued = key = glued[:3] + (glued[3] + 1,)
+            else:
+                glued = key = (start[head], 1, pos, 0)
+            rows[d].append((key, act))
     for n, x in enumerate(xfers):
         send, recv = x.actions()
         if placement == "ordered":

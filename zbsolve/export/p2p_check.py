@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from zbsolve.export.executor import COMPUTE_KINDS, Action, ExecutorTable
+from zbsolve.export.executor import COMPUTE_KINDS, MODE_KINDS, Action, ExecutorTable
 from zbsolve.graph import TaskGraph
 from zbsolve.ops import Op
 
@@ -137,7 +137,7 @@ def static_errors(table: ExecutorTable) -> list[str]:
 
     peers: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # comm key -> (peer, its stage)
     for (kind, s, mb, seg), (r, i) in list(pos_of.items()):
-        if kind not in COMPUTE_KINDS:
+        if kind not in COMPUTE_KINDS and kind not in MODE_KINDS:
             continue
         op = Op(kind, s, mb, seg)
         here = f"rank {r} position {i} ({op})"
@@ -170,7 +170,7 @@ def static_errors(table: ExecutorTable) -> list[str]:
                               f"before computing it (position {where[1]})")
     # every comm action must belong to a real cross-rank hand-off of a computed op
     for key, (r, i) in pos_of.items():
-        if key[0] in COMPUTE_KINDS:
+        if key[0] in COMPUTE_KINDS or key[0] in MODE_KINDS:
             continue
         a = table.actions[r][i]
         if key not in peers:

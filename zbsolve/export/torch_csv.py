@@ -120,6 +120,18 @@ def torch_refusal(inst: Instance) -> str | None:
     return None
 
 
+def torch_schedule_refusal(sched: Schedule) -> str | None:
+    """Why torch's runtime cannot run this schedule (None when it can): it has no action for
+    a memory mode's recompute (``3R12``) or copies (``3O12``, ``3L12``)."""
+    used = sorted({op.kind for op in sched.ops() if op.kind in ("R", "RS", "O", "L")})
+    if not used:
+        return None
+    return (f"the schedule uses memory modes ({', '.join(used)} actions: recompute / offload "
+            "copies), which torch's pipelining runtime has no action for; write --format "
+            "torch-csv-ext (our extended CSV: 3R12, 3O12, 3L12 cells, copies in the order "
+            "they are issued) or --format executor")
+
+
 def cell(entry: Entry) -> str:
     """One job in torch's syntax: an op token, or ``(0F7;7B3)OVERLAP_F_B`` for a pair."""
     return f"({entry.first};{entry.second})OVERLAP_F_B" if isinstance(entry, Pair) else str(entry)
@@ -135,7 +147,7 @@ def compute_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False,
     from zbsolve.schedule import fuse_backward
     from zbsolve.simulate import validate
 
-    why = None if extended else torch_refusal(inst)
+    why = None if extended else (torch_refusal(inst) or torch_schedule_refusal(sched))
     if why:
         raise TorchCSVError(f"--format torch-csv: {why}")
     if fuse_bw:
@@ -149,7 +161,7 @@ def comm_rows(inst: Instance, sched: Schedule, *, fuse_bw: bool = False) -> list
     from zbsolve.export.executor import lower
     from zbsolve.export.p2p_check import require_safe
 
-    why = torch_refusal(inst)
+    why = torch_refusal(inst) or torch_schedule_refusal(sched)
     if why:
         raise TorchCSVError(f"--format torch-csv-comms: {why}")
     table = lower(inst, sched, fuse_bw=fuse_bw)

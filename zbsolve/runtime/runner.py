@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zbsolve.export.executor import Action, ExecutorTable
+from zbsolve.export.executor import MODE_KINDS, Action, ExecutorTable
 from zbsolve.runtime.iw_split import MemoryTracker, StageRunner
 from zbsolve.runtime.measure import Clock, Timing, chrome_trace, summarize
 from zbsolve.runtime.model import GPTConfig, layer_split
@@ -83,6 +83,12 @@ class RankContext:
 
 def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any]) -> None:
     """Refuse, before anything runs, a table that cannot run on this launch and model."""
+    modes = sorted({a.kind for row in table.actions for a in row if a.kind in MODE_KINDS})
+    if modes:
+        raise TableMismatch(
+            f"table {table.schedule_name!r} uses memory modes ({', '.join(modes)} actions: "
+            "recompute / offload copies); the runner does not execute them yet (issue 13): "
+            "solve or export without recompute/offload in the instance to run it")
     if table.ranks != world:
         raise TableMismatch(
             f"table {table.schedule_name!r} is for {table.ranks} ranks but the launch has world "
