@@ -386,3 +386,64 @@ def test_runner_refuses_tables_with_memory_modes(tmp_path):
                                             r"/ offload copies\); the runner does not execute "
                                             r"them yet \(issue 13\)"):
         check_table(table, table.ranks, {})
+
+
+# ---------------------------------------------------------------------- sweep and minimum memory
+def test_sweep_offers_the_modes(tmp_path):
+    from zbsolve.sweep import SolverParams, SweepConfig, run_sweep
+
+    inst = _small(limit=None, recompute={"R": 1, "kept": 0.1})
+    params = SolverParams(time_limit=10, workers=2, seed=0)
+    table = {}
+    for modes in (("keep", "recompute"), ("keep",)):
+        res = run_sweep(inst, SweepConfig(limits=[0.5], out_dir=tmp_path / "-".join(modes),
+                                          params=params, progress=False, plot=False,
+                                          modes=modes))
+        table[modes] = res.table
+    with_modes, keep = table[("keep", "recompute")], table[("keep",)]
+    solved = with_modes[with_modes["source"] == "solver"].iloc[0]
+    assert solved["makespan"] == 30 and solved["status"] == "optimal"
+    assert "1f1b-recompute" in set(with_modes["schedule"])  # the baselines with modes listed
+    assert "1f1b-recompute" not in set(keep["schedule"])
+    assert keep[keep["source"] == "solver"].iloc[0]["makespan"] == 35  # keep alone: slower
+
+
+def test_sweep_refuses_a_mode_the_instance_lacks(tmp_path, capsys):
+    from zbsolve.cli import main
+
+    path = tmp_path / "plain.yaml"
+    make_instance(p=2, m=2).dump(path)
+    assert main(["sweep", str(path), "--modes", "keep,offload", "-o", str(tmp_path / "o"),
+                 "--no-plot", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "modes: ['offload'] not offered" in err and "add the recompute/offload" in err
+
+
+def test_minimum_memory_counts_the_cheapest_mode():
+    from zbsolve.solver.bounds import InfeasibleMemoryError, check_memory, min_memory_limit
+
+    two = {"p": 2, "m": 4, "v": 2, "placement": "v"}
+    keep = make_instance(**two, limit=1.5)
+    assert min_memory_limit(keep) == [2, 2]
+    with pytest.raises(InfeasibleMemoryError, match=r"one activation of each stage .* or offer "
+                                                    r"recompute: \{R, kept\}"):
+        check_memory(keep)
+    rec = make_instance(**two, limit=1.0, recompute={"R": 1, "kept": 0.1})
+    assert min_memory_limit(rec) == [1.1, 1.1]  # one live activation + the other stage's kept
+    with pytest.raises(InfeasibleMemoryError, match=r"one live activation plus what the "
+                                                    r"cheapest memory mode keeps .*recompute "
+                                                    r"offered.* at least \[1.1, 1.1\]"):
+        check_memory(rec)
+    off = make_instance(**two, offload={"fraction": 0.5, "d2h": 0.5})
+    assert min_memory_limit(off) == [1.5, 1.5]
+
+
+def test_serial_witness_fits_the_mode_minimum():
+    from zbsolve.solver.bounds import min_memory_limit, serial_schedule
+
+    for fields in ({"recompute": {"R": 1, "kept": 0.1}},
+                   {"offload": {"fraction": 0.5, "d2h": 0.5}}):
+        inst = make_instance(p=2, m=4, v=2, placement="v", **fields)
+        inst = inst.with_(limit=min_memory_limit(inst)[0])
+        r = simulate(inst, serial_schedule(inst))
+        assert r.feasible and r.peak_memory == pytest.approx(min_memory_limit(inst))

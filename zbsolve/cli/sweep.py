@@ -49,6 +49,10 @@ def register(sub) -> None:
     parser.add_argument("--memory", type=float,
                         help="print the best bubble within this memory (a 1F1B fraction, or "
                         "absolute with --absolute; default: not asked)")
+    parser.add_argument("--modes", help="comma list of the memory modes the solver may "
+                        "choose per stage and microbatch: keep, recompute, selective, offload "
+                        "(default: every mode the instance offers with its recompute/offload "
+                        "fields; keep alone turns them off)")
     parser.add_argument("--no-plot", action="store_true", help="skip pareto.png/.svg")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_json(parser)
@@ -70,8 +74,14 @@ def handle(args) -> int:
         raise ValueError(f"--target-bubble: a bubble rate in [0, 1), got {args.target_bubble}")
     if args.memory is not None and not args.memory > 0:
         raise ValueError(f"--memory: must be > 0, got {args.memory}")
+    from zbsolve.modes import parse_modes
+
     inst = load(args.instance)
+    modes = parse_modes(args.modes)
+    if modes is not None:
+        inst.with_modes(modes)  # refuses, naming the fields, a mode the instance does not offer
     config = SweepConfig(
+        modes=modes,
         limits=parse_limits(args.limits), out_dir=Path(args.out), absolute=args.absolute,
         chunks=parse_int_list(args.chunks, "--chunks") if args.chunks else None,
         placements=[x.strip() for x in args.placements.split(",")] if args.placements else None,

@@ -125,9 +125,15 @@ class _Candidate:
 def _greedy(inst: Instance, objective: str) -> tuple[Schedule, SimResult] | None:
     """The memory-aware greedy list scheduler: it covers placements and budgets no hand-made
     family does."""
+    from zbsolve.solver.bounds import InfeasibleMemoryError
     from zbsolve.solver.heuristic import heuristic_schedule
 
-    sched, sim = heuristic_schedule(inst, objective, time_limit=1.0)  # memory checked by solve()
+    keep = inst.with_modes(("keep",)) if inst.offers_modes else inst  # it schedules keep only
+    try:
+        sched, sim = heuristic_schedule(keep, objective, time_limit=1.0)  # memory: solve()
+    except InfeasibleMemoryError:  # below what keep needs; the modes' candidates remain
+        return None
+    sim = simulate(inst, sched)
     return (sched, sim) if sim.feasible else None
 
 

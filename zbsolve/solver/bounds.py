@@ -20,6 +20,14 @@ schedule peaks at >= sum of activation[s] on d. Running the microbatches one at 
 of microbatch 0, then 1, ...) reaches exactly that peak on every device at once (weight <=
 activation, so the W-held parts never add up to more). Hence ``min_memory_limit`` is the exact
 smallest feasible per-device limit, and ``serial_schedule`` is a witness that fits it.
+
+*Memory with modes.* Where the instance offers recompute or offload, a unit of stage s holds
+at least ``cheapest(s)`` (the least of its modes' ``kept``) between its forward and its
+backward, and its whole activation from its forward's start to its end and again from its
+backward's start. At F(s_i, j)'s start the lower stages s_1..s_(i-1) of d hold their units of
+j (forwards done, backwards not begun): every schedule peaks at >= max_i (activation[s_i] +
+sum_{t<i} cheapest(s_t)). The serial schedule with every unit in its cheapest mode reaches
+exactly that (each copy out written right after its forward), so the bound is exact again.
 """
 
 from __future__ import annotations
@@ -47,18 +55,27 @@ class InfeasibleMemoryError(InstanceError):
         self.min_limit = min_limit
 
 
+def cheapest_mode(inst: Instance, stage: int) -> str:
+    """The memory mode (of those the instance offers) whose unit holds least between its
+    forward and its backward (keep on a tie: it costs no extra work)."""
+    return min(inst.modes, key=lambda m: (inst.kept(stage, m), m != "keep"))
+
+
 def min_memory_limit(inst: Instance) -> list[float]:
     """Per device: the smallest limit under which some schedule exists (see module docstring).
 
     Stages of different replicas never share a microbatch, so a device needs the largest of its
-    replicas' one-microbatch sums, on top of its resident ``params``.
+    replicas' one-microbatch peaks (the lower stages holding what their cheapest mode keeps),
+    on top of its resident ``params``.
     """
     out = []
     for d in range(inst.devices):
         per_replica: dict[int, float] = {}
-        for s in inst.stages_of(d):
+        held: dict[int, float] = {}  # per replica: what the lower stages hold
+        for s in sorted(inst.stages_of(d)):
             r = inst.replica_of(s)
-            per_replica[r] = per_replica.get(r, 0.0) + inst.activation[s]
+            per_replica[r] = max(per_replica.get(r, 0.0), held.get(r, 0.0) + inst.activation[s])
+            held[r] = held.get(r, 0.0) + inst.kept(s, cheapest_mode(inst, s))
         out.append(inst.resident(d) + max(per_replica.values()))
     return out
 
@@ -70,11 +87,19 @@ def check_memory(inst: Instance) -> list[float]:
     if bad:
         parts = [f"device {d}: limit {inst.limit[d]:g} < {need[d]:g}" for d in bad]
         held = ("the weights of its stages (memory.params) and " if any(inst.params) else "")
+        what = ("one activation of each stage of a device at once" if not inst.offers_modes
+                else "one live activation plus what the cheapest memory mode keeps of the "
+                f"device's other stages ({', '.join(m for m in inst.modes if m != 'keep')} "
+                "offered)")
+        hint = ""
+        if not inst.offers_modes and any(len(inst.stages_of(d)) > 1 for d in bad):
+            hint = ("; or offer recompute: {R, kept} / offload: {fraction, d2h}, which lower "
+                    "it to one live activation plus what they keep of the other stages")
         raise InfeasibleMemoryError(
             "memory.limit: no schedule fits ("
             + "; ".join(parts)
-            + f"). Every schedule holds {held}one activation of each stage of a device at once; "
-            f"set memory.limit to at least {[round(x, 9) for x in need]} (per device)",
+            + f"). Every schedule holds {held}{what}; "
+            f"set memory.limit to at least {[round(x, 9) for x in need]} (per device){hint}",
             need,
         )
     return need
@@ -86,12 +111,18 @@ def serial_schedule(inst: Instance) -> Schedule:
     A last-resort schedule (slow, but it exists whenever any schedule does): the task graph's
     topological order, microbatch by microbatch, split per device.
     """
-    graph = TaskGraph(inst)
+    modes = None
+    if inst.offers_modes:  # every unit in its cheapest mode: the witness of min_memory_limit
+        cheap = [cheapest_mode(inst, s) for s in range(inst.stages)]
+        modes = {u: cheap[u[0]] for u in TaskGraph(inst).units()}
+    graph = TaskGraph(inst, modes=modes)
     orders: list[list[Op]] = [[] for _ in range(inst.devices)]
     for op in graph.topological():
         d = graph.device(op)
-        if d is not None:
+        if d is not None and op.kind != "O":
             orders[d].append(op)
+            if op.kind == "F" and graph.mode(*op.unit) == "offload":
+                orders[d].append(op._replace(kind="O"))  # frees before the next forward
     return Schedule(orders, name="serial")
 
 

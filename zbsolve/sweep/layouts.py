@@ -98,7 +98,29 @@ def relayout(inst: Instance, layout: Layout) -> Instance:
         "weight": _recut(inst.weight, v0, v, p),
         "limit": None,
     }
+    data.update(_recut_modes(inst, v0, v, p))
     return Instance.from_dict(data)
+
+
+def _recut_modes(inst: Instance, v0: int, v: int, p: int) -> dict:
+    """The memory modes' per-stage fields re-cut like the times and activations they belong
+    to (recompute time and what it keeps, copy times); the offloaded share stays a share."""
+    out: dict = {}
+    S = inst.model_stages
+    rec, off = inst.recompute, inst.offload
+    if rec is not None:
+        fields = {"R": rec.R, "kept": rec.kept}
+        if rec.selective:
+            fields.update(R_selective=rec.R_selective, kept_selective=rec.kept_selective)
+        out["recompute"] = {k: _recut(x[:S], v0, v, p) for k, x in fields.items()}
+    if off is not None:
+        if len(set(off.fraction)) > 1:
+            raise InstanceError("offload.fraction: a per-stage share cannot be re-cut into "
+                                "another number of chunks; give one share for every stage")
+        out["offload"] = {"fraction": off.fraction[0], "streams": off.streams,
+                          "d2h": _recut(off.d2h[:S], v0, v, p),
+                          "h2d": _recut(off.h2d[:S], v0, v, p)}
+    return out
 
 
 def reference_peak(inst: Instance) -> float:

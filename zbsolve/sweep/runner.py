@@ -126,6 +126,7 @@ class SweepConfig:
     jobs: int = 1
     progress: bool = True
     plot: bool = True
+    modes: tuple[str, ...] | None = None  # memory modes offered (None: the instance's own)
 
 
 @dataclass
@@ -213,6 +214,8 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
     solve_fn = solve_fn or solve_with_zbsolve
     if config.jobs < 1:
         raise ValueError(f"--jobs: must be >= 1, got {config.jobs}")
+    if config.modes is not None:  # what the solver may choose from (and the baselines use)
+        inst = inst.with_modes(config.modes)
     cases, ref = build_cases(inst, config)
     out_dir = Path(config.out_dir)
     cache_dir = out_dir / "cache"
