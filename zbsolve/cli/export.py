@@ -1,12 +1,16 @@
 """``zbsolve export SCHEDULE [--instance INSTANCE] --format F -o FILE``: hand a schedule to a runtime.
 
 Every export first validates the schedule with the simulator (including memory); the executor
-table and the torch CSV with comms are also proven deadlock-free with ``p2p_check``.
+table and the torch CSV with comms are also proven deadlock-free with ``p2p_check``. A file that
+carries its own communication (an executor table, a torch CSV with comms) is judged as written
+first (``zbsolve.export.judge``): broken comms are refused, not silently rebuilt.
 """
 
 from __future__ import annotations
 
 FORMATS = ("executor", "torch-csv", "torch-csv-comms", "chrome-trace")
+SUFFIXES = {"executor": (".json",), "torch-csv": (".csv",), "torch-csv-comms": (".csv",),
+            "chrome-trace": (".json",)}
 
 
 def register(sub) -> None:
@@ -54,10 +58,16 @@ def export(inst, sched, fmt: str, output: str, fuse_bw: bool = False) -> str:
 
 
 def handle(args) -> int:
-    from zbsolve.cli.common import instance_for
-    from zbsolve.schedule import load_schedule
+    from zbsolve.cli.common import instance_for, load
+    from zbsolve.export.judge import judge, read_schedule_file, require_ok
+    from zbsolve.io import check_output
 
-    sched = load_schedule(args.schedule)
-    inst = instance_for(args.instance, sched)
-    print(export(inst, sched, args.fmt, args.output, fuse_bw=args.fuse_bw))
+    check_output(args.output, inputs=[args.schedule, args.instance], suffixes=SUFFIXES[args.fmt],
+                 what=f"-o ({args.fmt})")
+    given = load(args.instance) if args.instance is not None else None
+    file = read_schedule_file(args.schedule, given)
+    inst = given if given is not None else instance_for(None, file.schedule)
+    if file.has_comms:  # judge the communication the file contains before replacing it
+        require_ok(judge(inst, file), f"{args.schedule} cannot run as written")
+    print(export(inst, file.schedule, args.fmt, args.output, fuse_bw=args.fuse_bw))
     return 0

@@ -17,34 +17,25 @@ def register(sub) -> None:
     parser.set_defaults(handler=handle)
 
 
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
 def handle(args) -> int:
-    import json
-    from pathlib import Path
-
+    from zbsolve import size_limits as sizes
+    from zbsolve.export.judge import judge, read_schedule_file, require_ok
+    from zbsolve.io import check_output
     from zbsolve.plot import save_timeline
-    from zbsolve.schedule import load_schedule
 
+    check_output(args.output, inputs=[args.instance, args.schedule], suffixes=PICTURE_SUFFIXES)
+    if args.svg and args.output.lower().endswith((".png", ".pdf")):
+        check_output(args.output[:-4] + ".svg", inputs=[args.instance, args.schedule],
+                     what="--svg")
     inst = load(args.instance)
-    table = None
-    path = Path(args.schedule)
-    if path.suffix.lower() == ".json":
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and data.get("format") == "zbsolve-executor":
-            from zbsolve.export.executor import ExecutorTable
-
-            table = ExecutorTable.from_dict(data)
-    sched = load_schedule(path)
-    if table is not None:
-        _check_table_instance(table, inst)
-    for written in save_timeline(inst, sched, args.output, table=table, title=args.title,
-                                 svg=args.svg):
+    sizes.check_size("show: ops to draw", 3 * inst.stages * inst.microbatches,
+                     sizes.MAX_SHOW_OPS, "draw a smaller instance (fewer microbatches)")
+    file = read_schedule_file(args.schedule, inst)
+    require_ok(judge(inst, file), f"{args.schedule} cannot be shown")
+    for written in save_timeline(inst, file.schedule, args.output, table=file.table,
+                                 title=args.title, svg=args.svg):
         print(f"wrote {written}")
     return 0
-
-
-def _check_table_instance(table, inst) -> None:
-    """A table's SEND/RECV ticks only make sense on the placement it was lowered for."""
-    if list(table.placement) != list(inst.placement):
-        raise ValueError(
-            f"executor table placement {table.placement} differs from the instance's "
-            f"{list(inst.placement)}; show it with the instance it was exported for")

@@ -176,7 +176,9 @@ class ExecutorTable:
             from zbsolve.export.p2p_check import require_safe
 
             require_safe(self)
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        from zbsolve.io import write_json  # atomic: temp file beside it, then rename
+
+        write_json(path, self.to_dict())
 
 
 def validate_json(data: dict[str, Any]) -> None:
