@@ -33,8 +33,8 @@ def timeline_figure(
     width: float = 14.0, dpi: int = 120,
 ):
     """Build the Figure (Gantt on top, one memory panel per device below)."""
-    from matplotlib.figure import Figure
     from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     from zbsolve.simulate import simulate
