@@ -15,8 +15,16 @@ COMMANDS = ("baselines", "solve", "check", "show", "export", "run", "profile", "
             "bench")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with a usage error on one line (the flag, the problem, where help is), like every
+    other zbsolve error, instead of the usage block first."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="zbsolve", description="Pipeline-parallel schedule optimizer (zero-bubble family, CP-SAT)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

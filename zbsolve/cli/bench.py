@@ -5,6 +5,8 @@ from __future__ import annotations
 import shlex
 import sys
 
+from zbsolve.cli import args as types
+
 
 def register(sub) -> None:
     parser = sub.add_parser(
@@ -13,15 +15,15 @@ def register(sub) -> None:
     parser.add_argument("--cases", action="append", default=[], metavar="PATTERN",
                         help="only cases whose id or family matches (glob or substring); "
                              "repeatable or comma-separated, e.g. 'iclr-2p,small'")
-    parser.add_argument("--time-limit", type=float, default=20.0,
+    parser.add_argument("--time-limit", type=types.seconds, default=20.0,
                         help="seconds per table case (20); small cases get 60, large 120")
     parser.add_argument("--quick", action="store_true",
                         help="one or two cases per family with short limits (a smoke run)")
     parser.add_argument("--out", default="results/bench", help="output folder (results/bench)")
     parser.add_argument("--reference", default=None,
                         help="folder with the published CSVs (default ../shared/reference)")
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (2)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (0)")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers (2)")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (0)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.set_defaults(handler=handle)
 

@@ -55,13 +55,33 @@ def fmt_list(values: list, digits: int = 3) -> str:
     return "[" + ", ".join("-" if v is None else f"{v:.{digits}g}" for v in values) + "]"
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
 def run_handler(args: argparse.Namespace) -> int:
-    """Turn expected user errors into one clear line and exit code 2, not a traceback."""
+    """Turn expected user errors into one clear line and exit code 2, not a traceback.
+
+    Also one line: a file the system refuses to read or write (a full disk, a permission) and
+    Ctrl-C (exit 130; every write is atomic, so nothing half-written is left behind).
+    """
     try:
         return int(args.handler(args) or 0)
     except (InstanceError, ScheduleError, FileNotFoundError, ValueError) as exc:
-        print(f"zbsolve {args.command}: error: {exc}", file=sys.stderr)
+        print(f"zbsolve {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"zbsolve {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"zbsolve {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (a multi-line report keeps its first lines, joined)."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    return "; ".join(lines[:4]) + (" ..." if len(lines) > 4 else "")
 
 
 def print_schedule_table(rows: list[dict]) -> None:

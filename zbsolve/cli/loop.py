@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, print_json
 from zbsolve.cli.profile import add_model_args, model_config
 
@@ -17,32 +18,33 @@ from zbsolve.cli.profile import add_model_args, model_config
 def register(sub) -> None:
     parser = sub.add_parser("loop", help="profile, solve, export and run; predicted vs measured")
     add_model_args(parser)
-    parser.add_argument("--devices", type=int, default=2, help="pipeline ranks p (2)")
-    parser.add_argument("--microbatches", type=int, default=8, help="microbatches m (8)")
-    parser.add_argument("--repeats", type=int, default=10, help="profile samples per stage (10)")
-    parser.add_argument("--warmup", type=int, default=3, help="discarded profile samples (3)")
-    parser.add_argument("--sample-interval", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--devices", type=types.positive_int, default=2, help="pipeline ranks p (2)")
+    parser.add_argument("--microbatches", type=types.positive_int, default=8, help="microbatches m (8)")
+    parser.add_argument("--repeats", type=types.positive_int, default=10,
+                        help="profile samples per stage (10)")
+    parser.add_argument("--warmup", type=types.nonneg_int, default=3, help="discarded profile samples (3)")
+    parser.add_argument("--sample-interval", type=types.nonneg_number, default=0.0, metavar="SECONDS",
                         help="sleep between profile sample rounds (0)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="profile clock: wall (default) or thread CPU time (see profile)")
     parser.add_argument("--p2p", choices=("pingpong", "handoff"), default="pingpong",
                         help="comm measurement (see profile)")
-    parser.add_argument("--time-limit", type=float, default=20.0,
+    parser.add_argument("--time-limit", type=types.seconds, default=20.0,
                         help="solver seconds per layout (20)")
-    parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers (1)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT seed (0)")
-    parser.add_argument("--runs", type=int, default=3,
+    parser.add_argument("--workers", type=types.positive_int, default=1, help="CP-SAT workers (1)")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT seed (0)")
+    parser.add_argument("--runs", type=types.positive_int, default=3,
                         help="timed runs per schedule; the median step time is reported (3)")
-    parser.add_argument("--steps", type=int, default=2,
+    parser.add_argument("--steps", type=types.positive_int, default=2,
                         help="optimizer steps per run; the last one is timed (2)")
     parser.add_argument("--memory-limit", default="baselines",
                         help="per-device budget: baselines (the largest simulated peak of the "
                              "hand-made schedules: all fit; default), 1f1b (1F1B's peak), none, "
                              "or a size such as 2MiB")
-    parser.add_argument("--round", type=int, metavar="DIGITS",
+    parser.add_argument("--round", type=types.positive_int, metavar="DIGITS",
                         help="solve the instance with times rounded to DIGITS significant digits")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=types.positive_int, default=1, help="torch threads per rank (1)")
+    parser.add_argument("--device", default="cpu", type=types.torch_device, help="cpu or cuda")
     parser.add_argument("-o", "--output", default="results/loop",
                         help="output folder (results/loop)")
     add_json(parser)

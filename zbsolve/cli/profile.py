@@ -13,6 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, print_json
 
 MODEL_FLAGS = ("layers", "hidden", "heads", "seq", "vocab", "microbatch_size")
@@ -23,12 +24,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="gpt",
                         help="gpt (sizes from the flags, defaults = gpt-tiny's) or a preset: "
                              "gpt-tiny, gpt-small, gpt-medium (flags override it)")
-    parser.add_argument("--layers", type=int, help="transformer blocks L")
-    parser.add_argument("--hidden", type=int, help="hidden size h")
-    parser.add_argument("--heads", type=int, help="attention heads a")
-    parser.add_argument("--seq", type=int, help="sequence length s")
-    parser.add_argument("--vocab", type=int, help="vocabulary size V")
-    parser.add_argument("--microbatch-size", type=int, help="sequences per microbatch b")
+    parser.add_argument("--layers", type=types.positive_int, help="transformer blocks L")
+    parser.add_argument("--hidden", type=types.positive_int, help="hidden size h")
+    parser.add_argument("--heads", type=types.positive_int, help="attention heads a")
+    parser.add_argument("--seq", type=types.positive_int, help="sequence length s")
+    parser.add_argument("--vocab", type=types.positive_int, help="vocabulary size V")
+    parser.add_argument("--microbatch-size", type=types.positive_int, help="sequences per microbatch b")
 
 
 def model_config(args: argparse.Namespace):
@@ -42,14 +43,14 @@ def model_config(args: argparse.Namespace):
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
-    parser.add_argument("--devices", type=int, required=True, help="pipeline devices p")
-    parser.add_argument("--chunks", type=int, default=1, help="chunks per device v (1)")
-    parser.add_argument("--microbatches", type=int, required=True, help="microbatches m")
+    parser.add_argument("--devices", type=types.positive_int, required=True, help="pipeline devices p")
+    parser.add_argument("--chunks", type=types.positive_int, default=1, help="chunks per device v (1)")
+    parser.add_argument("--microbatches", type=types.positive_int, required=True, help="microbatches m")
     parser.add_argument("--placement", choices=("loop", "v"), default="loop")
-    parser.add_argument("--repeats", type=int, default=10,
+    parser.add_argument("--repeats", type=types.positive_int, default=10,
                         help="timed samples per stage (10); the median is written")
-    parser.add_argument("--warmup", type=int, default=3, help="discarded samples first (3)")
-    parser.add_argument("--sample-interval", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--warmup", type=types.nonneg_int, default=3, help="discarded samples first (3)")
+    parser.add_argument("--sample-interval", type=types.nonneg_number, default=0.0, metavar="SECONDS",
                         help="sleep between sample rounds, to spread the samples over time on a "
                              "shared machine (0)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -58,16 +59,17 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--p2p", choices=("pingpong", "handoff"), default="pingpong",
                         help="comm: ping-pong / 2 (default) or a hand-off to a receiver blocked "
                              "in recv while the sender computes (what a pipeline run pays)")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=types.positive_int, default=1,
                         help="torch threads while measuring (1, as the runner uses per rank)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--device", default="cpu", type=types.torch_device,
+                        help="cpu or cuda (cuda:N)")
     parser.add_argument("--memory-limit",
                         help="per-device activation budget, e.g. 512MiB or 4GiB (plain number = "
                              "MiB); default: none on CPU, measured on GPU")
-    parser.add_argument("--optimizer-states", type=int, default=0,
+    parser.add_argument("--optimizer-states", type=types.nonneg_int, default=0,
                         help="optimizer tensors per parameter for the GPU budget (0 = the "
                              "runner's SGD; Adam: 2)")
-    parser.add_argument("--round", type=int, metavar="DIGITS",
+    parser.add_argument("--round", type=types.positive_int, metavar="DIGITS",
                         help="write times rounded to DIGITS significant digits (the unrounded "
                              "file goes beside it as NAME.measured.yaml)")
     parser.add_argument("--name", help="instance name (default from the sizes)")

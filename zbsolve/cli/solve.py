@@ -7,6 +7,7 @@ solver's schedule next to every hand-made one, all judged by the simulator.
 
 from __future__ import annotations
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import (
     add_json,
     fmt_list,
@@ -21,10 +22,10 @@ def register(sub) -> None:
     parser = sub.add_parser("solve", help="optimize a schedule with CP-SAT and compare")
     instance_arg(parser)
     parser.add_argument("-o", "--output", help="where to write the schedule JSON")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds, wall (60)")
-    parser.add_argument("--gap", type=float, default=0.0, help="stop at this relative gap (0)")
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (2)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (0)")
+    parser.add_argument("--time-limit", type=types.nonneg_number, default=60.0, help="seconds, wall (60)")
+    parser.add_argument("--gap", type=types.nonneg_number, default=0.0, help="stop at this relative gap (0)")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers (2)")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (0)")
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                         help="makespan, or span = longest per-device span (the ZB papers')")
     parser.add_argument("--method", choices=("auto", "exact", "large"), default="auto")

@@ -6,6 +6,7 @@ import math
 import shlex
 import sys
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, instance_arg, load, print_json
 
 _SHOWN = ["layout", "limit", "schedule", "status", "makespan", "span", "bubble_makespan",
@@ -29,19 +30,19 @@ def register(sub) -> None:
                         "(default: the instance's)")
     parser.add_argument("--placements", help="comma list of loop and/or v (default: the "
                         "instance's; one chunk has one layout)")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per case")
-    parser.add_argument("--gap", type=float, default=0.0, help="relative gap to stop at")
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT threads per case")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=types.seconds, default=60.0, help="seconds per case")
+    parser.add_argument("--gap", type=types.nonneg_number, default=0.0, help="relative gap to stop at")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT threads per case")
+    parser.add_argument("--seed", type=types.seed, default=0)
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan")
     parser.add_argument("--method", default="auto", help="solver method (see zbsolve solve)")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=types.positive_int, default=1,
                         help="cases solved at once in separate processes (jobs x workers "
                         "should not exceed the CPUs)")
     parser.add_argument("-o", "--out", required=True, help="output folder (cache under OUT/cache)")
-    parser.add_argument("--target-bubble", type=float,
+    parser.add_argument("--target-bubble", type=types.nonneg_number,
                         help="print the smallest memory whose bubble is at most this (0..1)")
-    parser.add_argument("--memory", type=float,
+    parser.add_argument("--memory", type=types.positive_number,
                         help="print the best bubble within this memory (a 1F1B fraction, or "
                         "absolute with --absolute)")
     parser.add_argument("--no-plot", action="store_true", help="skip pareto.png/.svg")
