@@ -131,12 +131,12 @@ def check_output(
     path = Path(path)
     allowed = tuple(suffixes)
     if kind == "file":
+        if path.is_dir():
+            raise OutputPathError(f"{what} {path}: is a folder; give a file name inside it")
         if allowed and path.suffix.lower() not in allowed:
             raise OutputPathError(
                 f"{what} {path}: the file written is {'/'.join(allowed)}; name it so "
                 f"(e.g. {path.with_suffix(allowed[0]).name})")
-        if path.is_dir():
-            raise OutputPathError(f"{what} {path}: is a folder; give a file name inside it")
         if path.exists() and not path.is_file():
             raise OutputPathError(f"{what} {path}: exists and is not a regular file")
         if path.exists() and not path.stat().st_mode & 0o222:

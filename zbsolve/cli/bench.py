@@ -32,9 +32,9 @@ def handle(args) -> int:
     from pathlib import Path
 
     from zbsolve import bench
+    from zbsolve.io import check_output
 
-    if args.time_limit <= 0:
-        raise ValueError(f"--time-limit: expected seconds > 0, got {args.time_limit}")
+    check_output(args.out, kind="folder", what="--out")
     ref = Path(args.reference) if args.reference else None
     cases = bench.build_cases(ref, time_limit=args.time_limit, quick=args.quick)
     patterns = [p for arg in args.cases for p in arg.split(",") if p]

@@ -65,6 +65,9 @@ def handle(args) -> int:
                       else parse_size(args.memory_limit)),
         round_digits=args.round, threads=args.threads, device=args.device,
     )
+    from zbsolve.io import check_output
+
+    check_output(args.output, kind="folder")
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     summary = run_loop(model_config(args), opts, args.output, command)
     if args.json:

@@ -113,7 +113,6 @@ def write_instances(run, output: str, round_digits: int | None) -> list[Path]:
     from zbsolve.profiler.writer import instance_dict
 
     path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
     written = []
     targets = [(path, round_digits)]
     if round_digits is not None:
@@ -127,8 +126,13 @@ def write_instances(run, output: str, round_digits: int | None) -> list[Path]:
 
 
 def handle(args) -> int:
+    from zbsolve.instance import INSTANCE_SUFFIXES
+    from zbsolve.io import check_output
     from zbsolve.profiler.writer import analytic, comparison_rows, format_table
 
+    check_output(args.output, suffixes=INSTANCE_SUFFIXES)  # before minutes of measuring
+    if args.round is not None:
+        check_output(measured_path(Path(args.output)), suffixes=INSTANCE_SUFFIXES)
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     run = run_profile(args, command)
     written = write_instances(run, args.output, args.round)

@@ -51,9 +51,12 @@ def comparison(result) -> list[dict]:
 
 
 def handle(args) -> int:
+    from zbsolve.io import check_output
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
 
+    if args.output:  # found now, not after the solve
+        check_output(args.output, inputs=[args.instance], suffixes=(".json",))
     inst = load(args.instance)
     options = SolveOptions(
         time_limit=args.time_limit, gap=args.gap, workers=args.workers, seed=args.seed,
@@ -64,10 +67,7 @@ def handle(args) -> int:
     sched = result.schedule
     if args.output:
         validate(inst, sched)  # the simulator re-checks what is written
-        from pathlib import Path
-
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        sched.dump(args.output)
+        sched.dump(args.output)  # atomic: a full disk leaves the old file, not a cut one
     table = comparison(result)
     meta = sched.meta
     if args.json:

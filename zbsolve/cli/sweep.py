@@ -9,6 +9,7 @@ import sys
 from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, instance_arg, load, print_json
 
+OUTPUT_NAMES = ("pareto.csv", "front.csv", "pareto.png", "pareto.svg", "command.txt")
 _SHOWN = ["layout", "limit", "schedule", "status", "makespan", "span", "bubble_makespan",
           "bubble_span", "peak", "peak_fraction", "gap"]
 
@@ -66,6 +67,10 @@ def handle(args) -> int:
         raise ValueError(f"--target-bubble: a bubble rate in [0, 1), got {args.target_bubble}")
     if args.memory is not None and not args.memory > 0:
         raise ValueError(f"--memory: must be > 0, got {args.memory}")
+    from zbsolve.io import atomic_write_text, check_inputs_untouched, check_output
+
+    check_output(args.out, kind="folder")
+    check_inputs_untouched([Path(args.out) / n for n in OUTPUT_NAMES], [args.instance])
     inst = load(args.instance)
     config = SweepConfig(
         limits=parse_limits(args.limits), out_dir=Path(args.out), absolute=args.absolute,
@@ -79,7 +84,7 @@ def handle(args) -> int:
     command = "zbsolve sweep " + " ".join(shlex.quote(a) for a in sys.argv[1:][1:]) \
         if sys.argv[1:2] == ["sweep"] else None
     if command:
-        (Path(args.out) / "command.txt").write_text(command + "\n")
+        atomic_write_text(Path(args.out) / "command.txt", command + "\n")
     answers = queries(result, args)
     if args.json:
         print_json({

@@ -380,10 +380,14 @@ def _table(inst: Instance, cases: list[Case], rows: dict[str, dict[str, Any]],
 
 def _write(result: SweepResult, out_dir: Path, plot: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    from zbsolve.io import atomic_path
+
     table_path = out_dir / "pareto.csv"
-    result.table.to_csv(table_path, index=False, float_format="%.6g")
+    with atomic_path(table_path) as tmp:
+        result.table.to_csv(tmp, index=False, float_format="%.6g")
     front_path = out_dir / "front.csv"
-    result.front.sort_values("peak").to_csv(front_path, index=False, float_format="%.6g")
+    with atomic_path(front_path) as tmp:
+        result.front.sort_values("peak").to_csv(tmp, index=False, float_format="%.6g")
     result.files = {"table": str(table_path), "front": str(front_path)}
     if plot:
         from zbsolve.sweep.plot import plot_sweep
