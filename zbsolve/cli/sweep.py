@@ -100,6 +100,12 @@ def handle(args) -> int:
               f"ones are cached in {Path(args.out) / 'cache'} (rerun to continue)",
               file=sys.stderr)
         return 130
+    failed = result.stats["errors"]
+    if failed:  # a sweep with failed cases is not a result to build on (every case: none at all)
+        print(f"zbsolve sweep: {failed} of {result.stats['cases']} case(s) failed (see the note "
+              f"column of {result.files.get('table', 'pareto.csv')}); they are not cached, a "
+              "rerun tries them again", file=sys.stderr)
+        return 1
     return 1 if any(a is not None and a.get("found") is False for a in answers.values()) else 0
 
 
