@@ -506,7 +506,8 @@ def _table(inst: Instance, cases: list[Case], rows: dict[str, dict[str, Any]],
     for _, group in table.groupby("layout"):
         flags = pareto_flags(group["peak"].tolist(), group[step].tolist())
         table.loc[group.index, "on_layout_front"] = flags
-    table["cached"] = table["cached"].astype(bool)
+    for column in ("cached", "on_front", "on_layout_front"):  # bool even when empty (a mask)
+        table[column] = table[column].astype(bool)
     return table[COLUMNS]
 
 
