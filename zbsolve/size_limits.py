@@ -19,8 +19,9 @@ MAX_MICROBATCHES = 65536
 """Microbatches m per step."""
 MAX_OPS = 1_000_000
 """Compute ops 3·S·m of an instance, and ops of a schedule or table file."""
-MAX_SHOW_OPS = 200_000
-"""Ops ``zbsolve show`` draws (drawing is linear in them; above this the picture is unreadable)."""
+MAX_SHOW_OPS = 60_000
+"""Ops ``zbsolve show`` draws: drawing is linear in them (p = 32, m = 256, v = 2, 49,152 ops,
+takes ~15 s on 2 cores); far above it a picture is unreadable anyway."""
 MAX_INPUT_BYTES = 512 * 2**20
 """Size of any input file (instance, schedule, table, CSV)."""
 MAX_SWEEP_LIMITS = 1000

@@ -202,7 +202,8 @@ def judge(inst: Instance, file: ScheduleFile, *, allow_over_memory: bool = True)
     """Every problem of ``file`` as it would run on ``inst``, root cause first."""
     if file.table is not None:
         return judge_table(file.table, inst, header=file.header,
-                           allow_over_memory=allow_over_memory)
+                           allow_over_memory=allow_over_memory,
+                           header_first=file.kind == "torch-csv-comms")
     try:
         sim = simulate(inst, file.schedule)
     except ScheduleError as exc:
@@ -211,11 +212,18 @@ def judge(inst: Instance, file: ScheduleFile, *, allow_over_memory: bool = True)
 
 
 def judge_table(table: ExecutorTable, inst: Instance | None = None, *,
-                header: list[str] = (), allow_over_memory: bool = True) -> Verdict:
-    """A table's header, compute order, communication and (unless allowed) memory."""
+                header: list[str] = (), allow_over_memory: bool = True,
+                header_first: bool = False) -> Verdict:
+    """A table's header, compute order, communication and (unless allowed) memory.
+
+    ``header``: what reading the file found (a JSON table's counts, a CSV's rows and implied
+    placement). A table JSON's embedded instance is its root; a CSV's rows are
+    (``header_first``): the table read from it carries the given instance.
+    """
     from zbsolve.export.p2p_check import MODES, check, static_errors
 
-    problems = instance_errors(table, inst) + list(header)
+    layout = instance_errors(table, inst)
+    problems = list(header) + layout if header_first else layout + list(header)
     if problems:
         return Verdict(problems)
     target = inst if inst is not None else load_instance(dict(table.instance))
