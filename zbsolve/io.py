@@ -194,7 +194,7 @@ def read_text(path: str | Path, what: str = "file") -> str:
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read: {exc.strerror}") from None
     if path.is_dir():
-        raise InputFileError(f"{path}: is a folder; expected a {what}")
+        raise InputFileError(f"{path}: is a folder, not a file ({what})")
     if size > MAX_INPUT_BYTES:
         raise InputFileError(
             f"{path}: {size} bytes is over the {MAX_INPUT_BYTES} bytes an input may have")
