@@ -161,3 +161,64 @@ def test_verdict_line_says_why():
     params["w"] *= 2
     line = verdict_line(_report(compare(steps, params, ref)))
     assert line.endswith("largest relative difference 1 > rtol 1e-05 at param w")
+
+
+# ------------------------------------------------------------------ the reference run itself
+def test_reference_run_is_plain_sgd_on_the_unsplit_model():
+    from zbsolve.runtime.model import GPT, GPTConfig, lm_loss, make_batch
+    from zbsolve.runtime.reference import DEFAULT_LR, make_optimizer, run_reference
+
+    cfg = GPTConfig.preset("gpt-tiny", layers=2, hidden=16, heads=2, seq=8, vocab=32,
+                           microbatch_size=2)
+    lr, m = 0.1, 3
+    ref = run_reference(cfg, m, steps=2, lr=lr)
+    assert len(ref.steps) == 2
+    # an independent replay: same model, same batches, one SGD step by hand after each backward
+    model = GPT(cfg)
+    names = [n for n, _ in model.named_parameters()]
+    assert sorted(ref.params) == sorted(names) and sorted(ref.steps[0].grads) == sorted(names)
+    for step in range(2):
+        tokens, targets = make_batch(cfg, m, step)
+        model.zero_grad(set_to_none=True)
+        loss = lm_loss(model(tokens), targets)
+        loss.backward()
+        assert ref.steps[step].loss == pytest.approx(float(loss.detach()), rel=1e-6)
+        for n, p in model.named_parameters():
+            assert torch.allclose(ref.steps[step].grads[n], p.grad, rtol=1e-4, atol=1e-7), (step, n)
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+    for n, p in model.named_parameters():
+        assert torch.allclose(ref.params[n], p.detach(), rtol=0, atol=1e-6), n
+    assert ref.steps[0].loss != ref.steps[1].loss  # the step moved the parameters
+    opt = make_optimizer([torch.nn.Parameter(torch.zeros(1))])
+    assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["lr"] == DEFAULT_LR == 0.05
+    assert opt.param_groups[0]["momentum"] == 0 and opt.param_groups[0]["weight_decay"] == 0
+
+
+def test_worst_is_the_first_largest_and_empty_compares_nothing():
+    ref = _ref()
+    steps, params = _copy(ref)
+    cmp = compare(steps, params, ref)
+    assert cmp.worst == "step 0 loss"  # a tie keeps the first tensor, not the last
+    empty = compare([], {}, ReferenceRun([], {}))
+    assert (empty.max_rel, empty.worst, empty.checked, empty.missing) == (0.0, "", 0, [])
+    assert empty.ok(0.0)
+
+
+def test_relative_difference_below_unit_scale():
+    assert rel_diff(torch.tensor([0.6], dtype=torch.float64),
+                    torch.tensor([0.5], dtype=torch.float64)) == pytest.approx(0.2)
+    ref = _ref(1)
+    ref.steps[0].loss = 0.5
+    steps, params = _copy(ref)
+    steps[0].loss = 0.501
+    assert compare(steps, params, ref).max_rel == pytest.approx(2e-3)
+
+
+def test_non_finite_tensor_on_both_sides_says_both():
+    ref = _ref(1)
+    steps, params = _copy(ref)
+    steps[0].grads["w"][0] = math.nan
+    ref.steps[0].grads["w"][0] = math.inf
+    assert compare(steps, params, ref).nonfinite == ["step 0 grad w (in the run and the reference)"]
