@@ -4,6 +4,7 @@ refused before anything runs for everything it can get wrong, each with its exac
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -57,9 +58,11 @@ def test_a_good_table_passes():
 
 def test_send_without_its_recv():
     table = _edit(_table(), lambda d: d["ranks"][1]["actions"].pop(_index(d, 1, "RECV_F")))
-    assert _refused(table).startswith(
+    msg = _refused(table)
+    assert msg.startswith(
         "table '1f1b' cannot run: p2p: rank 1 position 0 (1F0): needs 1RECV_F0 from rank 0 "
         "but the rank has no such RECV")
+    assert re.search(r"no such RECV \(and \d+ more problems\)$", msg), msg  # no memory hint
 
 
 def test_recv_after_its_consumer():

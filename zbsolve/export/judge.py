@@ -16,6 +16,7 @@ rejects is reported before the communication built on it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,7 @@ def header_errors(data: dict[str, Any]) -> list[str]:
     if data["num_stages"] != len(placement):
         out.append(f"header: num_stages is {data['num_stages']} but placement lists "
                    f"{len(placement)} stages")
-    embedded_m = data["instance"].get("microbatches") if isinstance(data["instance"], dict) else None
+    embedded_m = data["instance"].get("microbatches")  # the schema makes it an object
     if data["microbatches"] != embedded_m:
         out.append(f"header: microbatches is {data['microbatches']} but the embedded instance "
                    f"has {embedded_m!r}")
@@ -198,17 +199,17 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def judge(inst: Instance, file: ScheduleFile, *, allow_over_memory: bool = True) -> Verdict:
-    """Every problem of ``file`` as it would run on ``inst``, root cause first."""
+def judge(inst: Instance, file: ScheduleFile) -> Verdict:
+    """Every problem of ``file`` as it would run on ``inst``, root cause first. Memory over the
+    limit is not a problem here: ``verdict.sim`` reports it (``check`` prints it, exit 1)."""
     if file.table is not None:
         return judge_table(file.table, inst, header=file.header,
-                           allow_over_memory=allow_over_memory,
                            header_first=file.kind == "torch-csv-comms")
     try:
         sim = simulate(inst, file.schedule)
     except ScheduleError as exc:
         return Verdict([f"compute order: {exc}"])
-    return Verdict(_memory(sim, allow_over_memory), sim)
+    return Verdict([], sim)
 
 
 def judge_table(table: ExecutorTable, inst: Instance | None = None, *,
@@ -226,9 +227,9 @@ def judge_table(table: ExecutorTable, inst: Instance | None = None, *,
     problems = list(header) + layout if header_first else layout + list(header)
     if problems:
         return Verdict(problems)
-    target = inst if inst is not None else load_instance(dict(table.instance))
+    embedded = load_instance(dict(table.instance))  # equal to ``inst`` in all that matters now
     try:
-        sim = simulate(target, schedule_from_table(table))
+        sim = simulate(embedded, schedule_from_table(table))
     except ScheduleError as exc:
         return Verdict([f"compute order: {exc}"])
     static = _static_root_first(table, static_errors)
@@ -253,9 +254,8 @@ def _static_root_first(table: ExecutorTable, static_errors) -> list[str]:
 
     errors = static_errors(table)
     if any("batch" in e for e in errors):
-        renumbered = ExecutorTable(table.instance, table.placement,
-                                   [_number_batches(row) for row in table.actions],
-                                   table.schedule_name, table.fused_bw, table.predicted)
+        renumbered = dataclasses.replace(
+            table, actions=[_number_batches(row) for row in table.actions])
         root = static_errors(renumbered)
         errors = root + [e for e in errors if e not in root]
     return sorted(errors, key=_static_rank)
