@@ -165,12 +165,23 @@ def test_verdict_line_says_why():
 
 # ------------------------------------------------------------------ the reference run itself
 def test_reference_run_is_plain_sgd_on_the_unsplit_model():
-    from zbsolve.runtime.model import GPT, GPTConfig, lm_loss, make_batch
-    from zbsolve.runtime.reference import DEFAULT_LR, make_optimizer, run_reference
+    from zbsolve.runtime.model import GPTConfig
 
     cfg = GPTConfig.preset("gpt-tiny", layers=2, hidden=16, heads=2, seq=8, vocab=32,
                            microbatch_size=2)
     lr, m = 0.1, 3
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: CPU time stays close to wall time (mutmut's limit)
+    try:
+        _replay_reference(cfg, lr, m)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _replay_reference(cfg, lr, m):
+    from zbsolve.runtime.model import GPT, lm_loss, make_batch
+    from zbsolve.runtime.reference import DEFAULT_LR, make_optimizer, run_reference
+
     ref = run_reference(cfg, m, steps=2, lr=lr)
     assert len(ref.steps) == 2
     # an independent replay: same model, same batches, one SGD step by hand after each backward
