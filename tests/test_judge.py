@@ -81,7 +81,7 @@ def test_read_errors_name_the_file(tmp_path):
         read_schedule_file(bad)
     with pytest.raises(ValueError, match=rf"^{tmp_path}: is a folder, not a file \(schedule file\)"):
         read_schedule_file(tmp_path)
-    data = TABLE.to_dict()
+    data = copy.deepcopy(TABLE.to_dict())
     data["ranks"][0]["actions"][0]["stage"] = "x"
     bad.write_text(json.dumps(data))
     with pytest.raises(JudgeError, match=rf"^{bad}: executor table: ranks/0/actions/0"):
@@ -89,7 +89,7 @@ def test_read_errors_name_the_file(tmp_path):
 
 
 def test_table_sizes_are_bounded_and_malformed_tables_named(monkeypatch):
-    data = TABLE.to_dict()
+    data = copy.deepcopy(TABLE.to_dict())
     monkeypatch.setattr(size_limits, "MAX_DEVICES", 1)
     with pytest.raises(size_limits.SizeLimitError, match=r"^t.json: ranks: 2 is over the limit of 1$"):
         table_from_data(data, "t.json")
@@ -107,7 +107,7 @@ def test_table_sizes_are_bounded_and_malformed_tables_named(monkeypatch):
 
 
 def test_header_errors_each_field():
-    data = TABLE.to_dict()
+    data = copy.deepcopy(TABLE.to_dict())
     assert header_errors(data) == []
     data.update(num_ranks=3, num_stages=5, microbatches=7)
     data["ranks"][1]["rank"] = 0
@@ -194,7 +194,7 @@ def test_problem_order_and_what_a_verdict_carries():
 
 
 def test_memory_is_a_problem_only_where_asked(tmp_path, capsys):
-    tight = TABLE.to_dict()
+    tight = copy.deepcopy(TABLE.to_dict())
     tight["instance"]["memory"]["limit"] = 1.5  # 1F1B keeps 2 activations on rank 0
     table = ExecutorTable.from_dict(tight)
     assert judge_table(table).ok  # check prints memory itself

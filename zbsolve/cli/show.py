@@ -35,7 +35,8 @@ def handle(args) -> int:
                      sizes.MAX_SHOW_OPS, "draw a smaller instance (fewer microbatches)")
     file = read_schedule_file(args.schedule, inst)
     require_ok(judge(inst, file), f"{args.schedule} cannot be shown")
-    for written in save_timeline(inst, file.schedule, args.output, table=file.table,
+    table = file.table if file.kind == "executor" else None  # a CSV has no times for its ticks
+    for written in save_timeline(inst, file.schedule, args.output, table=table,
                                  title=args.title, svg=args.svg):
         print(f"wrote {written}")
     return 0
