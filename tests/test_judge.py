@@ -209,3 +209,55 @@ def test_memory_is_a_problem_only_where_asked(tmp_path, capsys):
     assert "MEMORY: device 0 exceeds its memory limit 1.5" in out
     f = read_schedule_file(path)
     assert judge(INST.with_(limit=(1.5, 1.5)), f).ok
+
+
+def test_plain_schedules_are_judged_by_the_simulator_alone(tmp_path):
+    from zbsolve.simulate import simulate
+
+    path = tmp_path / "plain.json"
+    SCHED.dump(path)
+    v = judge(INST, read_schedule_file(path))
+    assert v.problems == [] and v.ok and v.reports == []
+    assert v.sim.makespan == simulate(INST, SCHED).makespan
+
+
+def test_static_errors_are_ranked_root_cause_first():
+    from zbsolve.export.judge import _static_rank
+
+    ranks = [_static_rank(e) for e in (
+        "rank 1 position 0 (0SEND_F0): stage 0 lives on rank 0",
+        "rank 0 position 2 (0SEND_F0): duplicate of rank 0 position 1",
+        "rank 0 position 1 (0SEND_F0): peer should be stage 1 on rank 1, table says ...",
+        "rank 1 position 3 (1SEND_B0): no matching producer/consumer/peer action",
+        "rank 1 position 1 (1F0): its RECV is at position 2, after it",
+        "rank 1 position 1 (1RECV_F1): batch 1, expected 0 (one batch per run ...)",
+    )]
+    assert ranks == [0, 1, 2, 3, 4, 5]
+
+
+def test_table_reading_defaults_and_guards(monkeypatch):
+    with pytest.raises(JudgeError, match=r"^executor table: executor table: ranks/0"):
+        bad = copy.deepcopy(TABLE.to_dict())
+        bad["ranks"] = [3]  # not an object: refused by the schema, not by a crash
+        table_from_data(bad)
+
+    def broken(data):
+        raise KeyError("x")
+
+    monkeypatch.setattr(ExecutorTable, "from_dict", staticmethod(broken))
+    with pytest.raises(JudgeError, match=r"^t.json: malformed table: KeyError: 'x'$"):
+        table_from_data(copy.deepcopy(TABLE.to_dict()), "t.json")
+
+
+def test_short_of_a_single_value():
+    assert _short((2.0,)) == "2.0 x1"
+
+
+def test_reference_runs_two_steps_by_default():
+    pytest.importorskip("torch")
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.reference import run_reference
+
+    cfg = GPTConfig.preset("gpt-tiny", layers=1, hidden=8, heads=2, seq=4, vocab=16,
+                           microbatch_size=1)
+    assert len(run_reference(cfg, 1).steps) == 2
