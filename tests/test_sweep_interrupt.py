@@ -70,7 +70,8 @@ def test_ctrl_c_stops_everything_and_keeps_only_finished_cases(tmp_path, jobs):
     proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(tests=str(TESTS)), *argv],
                             env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True, start_new_session=True)
-    _wait_for(lambda: len(list(marks.glob("running-*"))) == 1, 120, "a slow case to start")
+    _wait_for(lambda: len(list(marks.glob("running-*"))) >= 1, 120, "a slow case to start")
+    _wait_for(lambda: any((out / "cache").glob("*.json")), 120, "the fast case to be cached")
     t0 = time.monotonic()
     code, err = _interrupt(proc)
     assert time.monotonic() - t0 < 30, "stopping must not wait for the running cases"
