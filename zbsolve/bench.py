@@ -38,6 +38,7 @@ from typing import Any
 
 from zbsolve.data import instances_dir, reference_dir
 from zbsolve.instance import Instance, load_instance
+from zbsolve.io import atomic_open, atomic_write_text
 
 ROUNDING = 0.00005  # half a unit of the 4th decimal of the published bubble rates
 FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large", "chimera",
@@ -301,7 +302,7 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 def _write(rows: list[dict[str, Any]], out_dir: Path, stem: str, command: str, started: str,
            before: str, wall: float) -> None:
-    with (out_dir / f"{stem}.csv").open("w", newline="") as fh:
+    with atomic_open(out_dir / f"{stem}.csv", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
@@ -349,4 +350,4 @@ def _write(rows: list[dict[str, Any]], out_dir: Path, stem: str, command: str, s
             else:
                 cells.append(_fmt(x))
         lines.append("| " + " | ".join(cells) + " |")
-    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out_dir / f"{stem}.md", "\n".join(lines) + "\n")

@@ -20,9 +20,12 @@ from typing import Any
 
 import yaml
 
+from zbsolve import size_limits as sizes
+from zbsolve.io import InputFileError, atomic_write_text, json_data_errors, read_data
 from zbsolve.units import SizeError, check_unit, convert, parse_size
 
 PLACEMENTS = ("loop", "v")
+INSTANCE_SUFFIXES = (".yaml", ".yml", ".json")
 _TOP_KEYS = {
     "name", "devices", "microbatches", "chunks", "placement", "times", "comm", "memory",
     "replicas", "sync", "overlap",
@@ -69,6 +72,10 @@ class Instance:
     overlap: tuple[tuple[int, int, float], ...] | float | None = None  # F&B factor (see graph)
     memory_unit: str | None = None  # the unit of every memory figure (None: unnamed)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    _by_device: tuple[tuple[int, ...], ...] = field(
+        default=(), init=False, repr=False, compare=False, hash=False)
+    _durations: dict[str, tuple[float, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Direct construction (tests, dataclasses.replace) may leave the optional tables empty.
@@ -76,7 +83,13 @@ class Instance:
         for key in ("params", "sync"):
             if not getattr(self, key):
                 object.__setattr__(self, key, (0.0,) * n)
-        object.__setattr__(self, "_stages_of", _group_stages(self.placement, self.devices))
+        # stages_of and duration run in the simulator's and the schedulers' inner loops: maps,
+        # not scans of the placement or attribute lookups by name
+        rows: list[list[int]] = [[] for _ in range(self.devices)]
+        for s, d in enumerate(self.placement):
+            if 0 <= d < self.devices:
+                rows[d].append(s)
+        object.__setattr__(self, "_by_device", tuple(tuple(r) for r in rows))
         fused = tuple(i + w for i, w in zip(self.I, self.W))
         object.__setattr__(self, "_durations", {"F": self.F, "I": self.I, "W": self.W,
                                                 "B": fused, "SYNC": self.sync})
@@ -116,11 +129,11 @@ class Instance:
 
     def stages_of(self, device: int) -> list[int]:
         """The stages a device holds, in increasing order (precomputed: O(1))."""
-        return list(self._stages_of[device])
+        return list(self._by_device[device])
 
     def device_work(self, device: int) -> float:
         """Compute time of a device's ops (every stage runs m / replicas microbatches)."""
-        per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in self._stages_of[device])
+        per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in self._by_device[device])
         return self.microbatches // self.replicas * per_mb
 
     @property
@@ -130,7 +143,7 @@ class Instance:
 
     def resident(self, device: int) -> float:
         """Memory the device holds all step long: the weights of its stages (``params``)."""
-        return sum(self.params[s] for s in self._stages_of[device])
+        return sum(self.params[s] for s in self._by_device[device])
 
     def hop(self, src_stage: int, dst_stage: int) -> float:
         """Latency of a hand-off between two stages: zero when they share a device."""
@@ -236,13 +249,18 @@ class Instance:
         return _parse(data)
 
     def dump(self, path: str | Path) -> None:
+        """Write as JSON (``.json``) or YAML (``.yaml``/``.yml``), atomically."""
         path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in INSTANCE_SUFFIXES:
+            raise InstanceError(
+                f"{path}: an instance file is .yaml, .yml or .json (the name picks the format)")
         text = (
-            json.dumps(self.to_dict(), indent=2)
-            if path.suffix == ".json"
+            json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+            if suffix == ".json"
             else yaml.safe_dump(self.to_dict(), sort_keys=False)
         )
-        path.write_text(text)
+        atomic_write_text(path, text)
 
 
 def memory_unit_label(inst: Instance) -> str | None:
@@ -261,18 +279,18 @@ def load_instance(source: str | Path | dict[str, Any]) -> Instance:
     if isinstance(source, dict):
         return _parse(source)
     path = Path(source)
-    if not path.exists():
-        raise InstanceError(f"instance file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise InstanceError(f"{path}: not valid YAML/JSON: {exc}") from exc
+    try:  # .json as JSON, else strict YAML; one-line errors naming the file
+        data = read_data(path, "instance file")
+    except InputFileError as exc:
+        raise InstanceError(str(exc)) from None
     if not isinstance(data, dict):
-        raise InstanceError(f"{path}: expected a mapping at the top level")
+        raise InstanceError(
+            f"{path}: expected a mapping of instance fields at the top level, got "
+            f"{type(data).__name__}")
     data.setdefault("name", path.stem)
     try:
         return _parse(data)
-    except InstanceError as exc:
+    except (InstanceError, sizes.SizeLimitError) as exc:
         raise InstanceError(f"{path}: {exc}") from None
 
 
@@ -314,14 +332,6 @@ def _per(
     return tuple(float(x) for x in values)
 
 
-def _group_stages(placement: tuple[int, ...], p: int) -> tuple[tuple[int, ...], ...]:
-    groups: list[list[int]] = [[] for _ in range(p)]
-    for s, d in enumerate(placement):
-        if 0 <= d < p:
-            groups[d].append(s)
-    return tuple(tuple(g) for g in groups)
-
-
 def placement_for(kind: str, p: int, v: int) -> tuple[int, ...]:
     """Stage -> device for the named placements (stage s = chunk c * p + position j)."""
     if kind == "loop":
@@ -331,16 +341,53 @@ def placement_for(kind: str, p: int, v: int) -> tuple[int, ...]:
     raise InstanceError(f"placement: expected 'loop', 'v' or a list of device ids, got {kind!r}")
 
 
+def _check_sizes(p: int, m: int, v: int) -> None:
+    """Refuse, before anything is built, an instance above the stated size limits."""
+    sizes.check_size("devices", p, sizes.MAX_DEVICES)
+    sizes.check_size("microbatches", m, sizes.MAX_MICROBATCHES)
+    sizes.check_size("chunks", v, sizes.MAX_CHUNKS)
+    sizes.check_size("stages (devices*chunks)", p * v, sizes.MAX_STAGES)
+    sizes.check_size("ops (3*stages*microbatches)", 3 * p * v * m, sizes.MAX_OPS)
+
+
+def _check_range(field_name: str, values: tuple[float, ...], zero_ok: bool = False) -> None:
+    for i, x in enumerate(values):
+        if x == 0 and zero_ok:
+            continue
+        if not sizes.MIN_VALUE <= x <= sizes.MAX_VALUE:
+            raise InstanceError(
+                f"{field_name}[{i}]: {x:g} is outside [{sizes.MIN_VALUE:g}, "
+                f"{sizes.MAX_VALUE:g}]; pick a unit in which the values are moderate")
+
+
+def _check_time_ratio(F: tuple, I: tuple, W: tuple) -> None:  # noqa: E741
+    values = F + I + W
+    lo, hi = min(values), max(values)
+    if hi / lo > 1 / sizes.MIN_POSITIVE:
+        raise InstanceError(
+            f"times: the largest ({hi:g}) is more than {1 / sizes.MIN_POSITIVE:g} times the "
+            f"smallest ({lo:g}); the solver cannot resolve both at once")
+
+
 def _parse(data: dict[str, Any]) -> Instance:
+    if not isinstance(data, dict):
+        raise InstanceError(f"expected a mapping of instance fields, got {type(data).__name__}")
+    bad_keys = sorted(repr(k) for k in data if not isinstance(k, str))
+    if bad_keys:
+        raise InstanceError(f"top-level key(s) {', '.join(bad_keys)} must be strings")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise InstanceError(
             f"unknown key(s) {sorted(unknown)}; allowed top-level keys: {sorted(_TOP_KEYS)}"
         )
-    name = str(data.get("name", "instance"))
+    raw_name = data.get("name", "instance")
+    if not isinstance(raw_name, (str, int, float)) or isinstance(raw_name, bool):
+        raise InstanceError(f"name: expected a string, got {raw_name!r}")
+    name = str(raw_name)
     p = _int(data, "devices")
     m = _int(data, "microbatches")
     v = _int(data, "chunks", default=1)
+    _check_sizes(p, m, v)
     S = p * v
 
     raw_placement = data.get("placement", "loop")
@@ -380,10 +427,14 @@ def _parse(data: dict[str, Any]) -> Instance:
     if missing:
         raise InstanceError(f"times: missing {sorted(missing)}; F, I and W are all required")
     F, I, W = (_per(times[k], S, f"times.{k}", "logical stage") for k in ("F", "I", "W"))
+    for key, values in (("F", F), ("I", I), ("W", W)):
+        _check_range(f"times.{key}", values)
+    _check_time_ratio(F, I, W)
 
     comm = data.get("comm", 0.0)
     if not _is_number(comm) or comm < 0:
         raise InstanceError(f"comm: expected a number >= 0, got {comm!r}")
+    _check_range("comm", (float(comm),), zero_ok=True)
 
     memory = data.get("memory") or {}
     if not isinstance(memory, dict):
@@ -397,6 +448,8 @@ def _parse(data: dict[str, Any]) -> Instance:
     memory_unit, memory = _memory_in_one_unit(memory)
     activation = _per(memory.get("activation", 1.0), S, "memory.activation", "logical stage")
     weight = _per(memory.get("weight", 0.0), S, "memory.weight", "logical stage", positive=False)
+    _check_range("memory.activation", activation)
+    _check_range("memory.weight", weight, zero_ok=True)
     for s, (a, w) in enumerate(zip(activation, weight)):
         if w > a:
             raise InstanceError(
@@ -408,7 +461,10 @@ def _parse(data: dict[str, Any]) -> Instance:
         limit: tuple[float | None, ...] = (None,) * p
     else:
         limit = _per(raw_limit, p, "memory.limit", "device")
+        _check_range("memory.limit", limit)
+
     params = _per(memory.get("params", 0.0), S, "memory.params", "logical stage", positive=False)
+    _check_range("memory.params", params, zero_ok=True)
 
     replicas = data.get("replicas", 1)
     if isinstance(replicas, bool) or replicas not in REPLICAS:
@@ -421,9 +477,13 @@ def _parse(data: dict[str, Any]) -> Instance:
     if "sync" in data and replicas == 1:
         raise InstanceError("sync: the gradient all-reduce between replicas needs replicas: 2")
     sync = _per(data.get("sync", 0.0), S, "sync", "logical stage", positive=False)
+    _check_range("sync", sync, zero_ok=True)
     overlap = _overlap(data.get("overlap"), S * replicas)
 
     extra = {k: data[k] for k in ("description", "source", "meta") if k in data}
+    problems = json_data_errors(extra, "")
+    if problems:  # the instance travels inside every schedule and table written as JSON
+        raise InstanceError(problems[0].lstrip("."))
     # Replica r runs model stage s as stage r*S + s on the mirrored device p-1-d.
     placement = tuple(d if r == 0 else p - 1 - d for r in range(replicas) for d in placement)
 

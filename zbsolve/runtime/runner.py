@@ -57,6 +57,7 @@ class RunOptions:
     timeout_s: float = 60.0
     rtol: float = 1e-5
     threads: int = 1  # torch intra-op threads per rank on CPU
+    allow_over_memory: bool = False  # run a table over its instance's memory limit
     fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
     hang_at: tuple[int, int] | None = None  # (rank, action index): stall there (tests)
 
@@ -81,22 +82,33 @@ class RankContext:
     opts: RunOptions
 
 
-def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any]) -> None:
-    """Refuse, before anything runs, a table that cannot run on this launch and model."""
+def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any], *,
+                allow_over_memory: bool = False) -> None:
+    """Refuse, before anything runs, a table that cannot run on this launch and model.
+
+    First what the table gets wrong by itself (``zbsolve.export.judge.judge_table``): its
+    embedded instance, layout and fused-backward flag, its compute order (the simulator), its
+    own SEND/RECV actions (``p2p_check``, blocking and batched) and its instance's memory limit
+    (unless ``allow_over_memory``); then what does not fit this launch: the world size and a
+    model with fewer layers than the table has stages.
+    """
+    from zbsolve.export.judge import judge_table
+
+    verdict = judge_table(table, allow_over_memory=allow_over_memory)
+    if not verdict.ok:
+        hint = ""
+        if verdict.problems[0].startswith("memory:"):
+            hint = " (run it anyway with --allow-over-memory)"
+        raise TableMismatch(
+            f"table {table.schedule_name!r} cannot run: {verdict.summary_line()}{hint}")
     if table.ranks != world:
         raise TableMismatch(
             f"table {table.schedule_name!r} is for {table.ranks} ranks but the launch has world "
             f"size {world}: use --nproc {table.ranks} (or torchrun --nproc-per-node/--nnodes "
             f"giving {table.ranks} ranks), or export the schedule for {world} devices"
         )
-    if len(table.placement) != table.stages or table.stages < 1:
-        raise TableMismatch("table placement: expected one rank per logical stage")
-    outside = sorted({r for r in table.placement if not 0 <= r < world})
-    if outside:
-        raise TableMismatch(f"table placement names rank(s) {outside} outside 0..{world - 1}")
-    empty = sorted(set(range(world)) - set(table.placement))
-    if empty:
-        raise TableMismatch(f"table placement leaves rank(s) {empty} without a stage")
+    # (a placement naming a rank outside 0..world-1 or leaving one without a stage is refused
+    # above: the embedded instance must load, and its placement must be the table's)
     if isinstance(cfg, dict):
         if not is_layered(cfg):
             cfg = GPTConfig(**cfg)
@@ -292,7 +304,8 @@ def _reference(work: Workload, m: int, opts: RunOptions, device: torch.device):
 def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the report, the others None."""
     table = ExecutorTable.from_dict(job.table)
-    check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model))
+    check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model),
+                allow_over_memory=ctx.opts.allow_over_memory)
     work = workload_for(job.model, table.stages, table.instance)
     if job.engine == "ours":
         mine = run_ours(ctx, table, work)
@@ -338,6 +351,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "worst": cmp.worst,
         "checked": cmp.checked,
         "missing": cmp.missing,
+        "nonfinite": cmp.nonfinite,
+        "mismatched": cmp.mismatched,
         "rtol": ctx.opts.rtol,
         "ok": cmp.ok(ctx.opts.rtol),
         "peak_activation_bytes": [g["steps"][last]["peak_bytes"] for g in gathered],
@@ -354,9 +369,10 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         if job.trace:
             import json
 
+            from zbsolve.io import atomic_write_text
+
             trace = chrome_trace(flat, last, report["timing"]["unit_ms"],
                                  report["peak_activation_bytes"])
-            with open(job.trace, "w") as fh:
-                json.dump(trace, fh)
+            atomic_write_text(job.trace, json.dumps(trace))
             report["trace"] = job.trace
     return report
