@@ -294,7 +294,7 @@ def lower(
     for d, order in enumerate(sched.orders):
         for pos, op in enumerate(order):
             where[op] = pos
-            act = Action(op.kind, op.stage, op.mb, start[op], end[op])
+            act = Action(op.kind, op.stage, op.mb, start[op], end[op], seg=op.seg)
             rows[d].append(((start[op], 1, pos, 0), act))
     for n, x in enumerate(xfers):
         send, recv = x.actions()
