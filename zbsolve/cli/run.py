@@ -101,7 +101,7 @@ def handle(args) -> int:
 
     spec, cfg = model_for(args, table)
     world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
-    check_table(table, world, cfg)
+    check_table(table, world, cfg, args.engine)
     device, backend, note = _plan_device(args, world)
     opts = RunOptions(backend=backend, device=device, steps=args.steps,
                       lr=DEFAULT_LR if args.lr is None else args.lr, timeout_s=args.timeout,
