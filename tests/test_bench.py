@@ -13,7 +13,8 @@ from zbsolve.bench import _shipped, build_cases, meets, run_case
 def test_cases_cover_the_issue_benchmark():
     cases = build_cases(REFERENCE)
     assert Counter(c.family for c in cases) == {
-        "iclr-1p": 12, "iclr-2p": 12, "zbv": 9, "vmin": 9, "vhalf": 9, "small": 6, "large": 2}
+        "iclr-1p": 12, "iclr-2p": 12, "zbv": 9, "vmin": 9, "vhalf": 9, "small": 6, "large": 2,
+        "segments": 2}
     by_id = {c.id: c for c in cases}
     assert by_id["iclr-1p/1.5b-p8-m24"].inst.limit == (8.0,) * 8
     assert by_id["iclr-2p/1.5b-p8-m24"].inst.limit == (16.0,) * 8

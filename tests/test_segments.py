@@ -274,3 +274,57 @@ def test_torch_csv_refuses_segments_and_the_extended_csv_writes_them(tmp_path):
     assert back.orders == sched.orders
     with pytest.raises(ScheduleError, match="segments 0..1"):
         simulate(inst, type(sched)([[Op("F", 0, 0, 2)], []]))
+
+
+# ---------------------------------------------------------------------- sweep and bench
+def test_sweep_takes_the_segment_count_as_a_layout(tmp_path):
+    from zbsolve.sweep import SolverParams, SweepConfig, run_sweep
+
+    inst = load_instance(dict(name="sw", devices=3, microbatches=3, times=dict(F=2, I=2, W=1),
+                              comm=0.05, memory=dict(activation=1, weight=0.5), **PREFIX | dict(
+                                  segment_model=dict(seq=999, hidden=64, layers=1))))
+    config = SweepConfig(limits=[0.5, 1.0], out_dir=tmp_path, segments=[1, 2],
+                         params=SolverParams(time_limit=2, workers=1), progress=False,
+                         plot=False)
+    result = run_sweep(inst, config)
+    table = result.table
+    assert set(table["layout"]) == {"c1", "c1-k2"} and set(table["segments"]) == {1, 2}
+    assert result.reference_peak == 3.0  # 1F1B on the unsegmented model
+    hand = set(table[table["source"] == "hand-made"]["schedule"] + "@" + table["layout"])
+    assert {"seq1f1b@c1-k2", "1f1b@c1"} <= hand and "1f1b@c1-k2" not in hand
+    # at half of 1F1B's memory the segmented layout is faster: the front crosses layouts
+    half = table[(table["limit_fraction"] == 0.5) & (table["source"] == "solver")]
+    by_layout = dict(zip(half["layout"], half["makespan"]))
+    assert by_layout["c1-k2"] < by_layout["c1"]
+    for rel in table["schedule_file"].dropna():
+        sched = load_schedule(tmp_path / rel)
+        validate(load_instance(sched.meta["instance"]), sched)
+
+
+def test_bench_segment_cases_and_their_goal():
+    from zbsolve.bench import build_cases, meets
+
+    cases = [c for c in build_cases() if c.family == "segments"]
+    assert [c.inst.limit[0] for c in cases] == [8.0, 4.0]
+    full, half = cases
+    assert full.inst.segments == 4 and full.ops == 3 * 8 * 16 * 4
+    names = dict(half.targets)
+    assert names["seq1f1b-zb"] <= names["seq1f1b"] and "1f1b@full-memory" in names
+    assert meets(half, {"value": names["seq1f1b-zb"]})
+    assert not meets(half, {"value": names["seq1f1b-zb"] + 1})
+    assert not meets(full, {"value": dict(full.targets)["seq1f1b-zb"] * 1.01})
+
+
+def test_long_sequence_instance_is_the_rescaled_zb_row():
+    """instances/seq1f1b: the ZB 1.5B times at s = 1024 times the FLOP ratio of s = 16k."""
+    from zbsolve.data import instances_dir
+    from zbsolve.segments import stage_flops
+
+    inst = load_instance(instances_dir() / "seq1f1b" / "gpt-1.5b-s16k-p8-m16-k4.yaml")
+    shape = SegmentModel(seq=16384, hidden=2304, heads=24, layers=(3,) * 8)
+    row = {"F": 18.52, "I": 18.09, "W": 9.34}
+    for kind, t in row.items():
+        ratio = stage_flops(shape, 1, 0, 16384)[kind] / stage_flops(shape, 1, 0, 1024)[kind]
+        assert getattr(inst, kind)[0] == pytest.approx(t * ratio, abs=0.005)
+    assert inst.comm == pytest.approx(0.60 * 16)
+    assert inst.segment_lengths == (5449, 4218, 3568, 3149)
