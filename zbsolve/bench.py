@@ -10,6 +10,8 @@ Cases (ids are ``family/name``):
   peak, anchors V-Min / V-Half;
 * ``small``: instances of <= 800 ops that should be proven optimal (gap <= 0.1%) within 60 s;
 * ``large``: p=32, m=256 (one and two chunks), makespan, goal <= 1% above the lower bound in 120 s;
+* ``chimera``, ``dualpipe``, ``dualpipev``: the bidirectional and overlapped families at their own
+  peak memory, anchor their own makespan (``zbsolve.bench_bidirectional``).
 * ``segments``: long sequences (the 1.5B shape at s = 16k, p = 8, m = 16, k = 4 balanced
   sequence segments) at 1F1B's memory and at half of it, makespan; goal: at or below
   seq1f1b-zb and seq1f1b at the same memory, and at half memory below 1F1B at full memory.
@@ -41,7 +43,8 @@ from zbsolve.data import instances_dir, reference_dir
 from zbsolve.instance import Instance, load_instance
 
 ROUNDING = 0.00005  # half a unit of the 4th decimal of the published bubble rates
-FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large", "segments")
+FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large", "chimera",
+            "dualpipe", "dualpipev", "segments")
 SEGMENT_INSTANCE = "seq1f1b/gpt-1.5b-s16k-p8-m16-k4.yaml"
 SMALL_INSTANCES = (
     "seed/teaching-p4-m8.yaml", "seed/teaching-p4-m16.yaml", "seed/teaching-p4-m8-v2.yaml",
@@ -63,7 +66,9 @@ class Case:
 
     @property
     def ops(self) -> int:
-        return 3 * self.inst.stages * self.inst.microbatches * self.inst.segments
+        from zbsolve.graph import TaskGraph
+
+        return TaskGraph(self.inst).count()
 
     def anchor_time(self, slack: float = 0.0) -> float | None:
         """The anchor's step time (same metric as the objective) from its bubble rate."""
@@ -188,14 +193,17 @@ def build_cases(ref: Path | None = None, time_limit: float = 20.0, quick: bool =
     ref = ref or default_reference()
     if quick:
         time_limit, small_limit, large_limit = min(time_limit, 5.0), 10.0, 20.0
+    from zbsolve import bench_bidirectional
+
     cases = (iclr_cases(ref, 1, time_limit) + iclr_cases(ref, 2, time_limit)
              + zbv_cases(ref, time_limit) + vshape_cases(ref, time_limit)
              + small_cases(small_limit) + large_cases(ref, large_limit)
-             + segment_cases(small_limit))
+             + bench_bidirectional.cases(time_limit, Case) + segment_cases(small_limit))
     if quick:
         keep = ("iclr-1p/1.5b-p8-m24", "iclr-2p/1.5b-p8-m24", "iclr-2p/6.2b-p8-m64",
                 "zbv/6.2b-p16-m48", "vmin/p4-m8", "vhalf/p8-m16", "small/teaching-p4-m8",
-                "large/28.3b-p32-m256-v1", "segments/gpt-1.5b-s16k-p8-m16-k4-half-memory")
+                "large/28.3b-p32-m256-v1", "dualpipev/p4-m8-fb0.8",
+                "segments/gpt-1.5b-s16k-p8-m16-k4-half-memory")
         cases = [c for c in cases if c.id in keep]
     return cases
 
