@@ -122,6 +122,13 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
                         help="write times rounded to DIGITS significant digits (the unrounded "
                              "file goes beside it as NAME.measured.yaml; default: unrounded)")
     parser.add_argument("--name", help="instance name (default: from the sizes)")
+    parser.add_argument("--segments", type=int, default=1,
+                        help="built-in GPT: also measure each of K sequence segments' F, I, W "
+                        "and memory; the instance gets per-segment tables (default: 1, none)")
+    parser.add_argument("--segment-lengths", default="equal",
+                        help="with --segments: equal, balanced (equal cost for the runner's "
+                        "model) or comma-separated token counts summing to --seq (default: "
+                        "equal)")
 
 
 def register(sub) -> None:
@@ -157,10 +164,21 @@ def run_profile(args: argparse.Namespace, command: str):
         microbatches=args.microbatches, placement=args.placement, repeats=args.repeats,
         warmup=args.warmup, memory_limit=limit, threads=args.threads, device=args.device,
         optimizer_states=args.optimizer_states, interval=args.sample_interval, clock=args.clock,
-        p2p_mode=args.p2p,
+        p2p_mode=args.p2p, segments=args.segments,
+        segment_lengths=_lengths_arg(args.segment_lengths),
         name=args.name,
         command=command,
     )
+
+
+def _lengths_arg(text: str) -> str | list[int]:
+    if text in ("equal", "balanced"):
+        return text
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--segment-lengths: expected equal, balanced or comma-separated "
+                         f"token counts, got {text!r}") from None
 
 
 def write_instances(run, output: str, round_digits: int | None) -> list[Path]:

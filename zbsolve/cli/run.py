@@ -107,7 +107,7 @@ def handle(args) -> int:
     spec, cfg = model_for(args, table)
     world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
     # Before anything runs: the table's own problems (compute order, P2P, memory), then the launch
-    check_table(table, world, cfg, allow_over_memory=args.allow_over_memory)
+    check_table(table, world, cfg, args.engine, allow_over_memory=args.allow_over_memory)
     device, backend, note = _plan_device(args, world)
     opts = RunOptions(backend=backend, device=device, steps=args.steps,
                       lr=DEFAULT_LR if args.lr is None else args.lr, timeout_s=args.timeout,

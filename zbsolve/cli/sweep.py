@@ -31,6 +31,8 @@ def register(sub) -> None:
                         "(default: the instance's)")
     parser.add_argument("--placements", help="comma list of loop and/or v (default: the "
                         "instance's; one chunk has one layout)")
+    parser.add_argument("--segments", help="comma list of sequence segments per microbatch, "
+                        "e.g. 1,2,4 (default: the instance's); each is a layout of its own")
     parser.add_argument("--time-limit", type=types.seconds, default=60.0, help="seconds per case")
     parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
                         help="relative gap to stop at (default: 0, prove optimal)")
@@ -81,6 +83,7 @@ def handle(args) -> int:
         limits=parse_limits(args.limits), out_dir=Path(args.out), absolute=args.absolute,
         chunks=parse_int_list(args.chunks, "--chunks") if args.chunks else None,
         placements=[x.strip() for x in args.placements.split(",")] if args.placements else None,
+        segments=parse_int_list(args.segments, "--segments") if args.segments else None,
         params=SolverParams(time_limit=args.time_limit, gap=args.gap, workers=args.workers,
                             seed=args.seed, objective=args.objective, method=args.method),
         jobs=args.jobs, progress=not args.no_progress, plot=not args.no_plot,

@@ -9,7 +9,9 @@ and torch's DualPipeV writes ``(0F7;7B3)OVERLAP_F_B`` for a forward and a backwa
 
 Strict on purpose: torch's parser matches a token *prefix* (``3F12x`` silently becomes ``3F12``)
 and does not reject duplicates, so a typo can run a different schedule than the one written.
-Here every cell must match the grammar completely and every op may appear once.
+Here every cell must match the grammar completely and every op may appear once. The reader
+also takes our extended CSV (``--format torch-csv-ext``), whose compute tokens may carry a
+sequence segment (``3F12.2``); torch's own parser does not.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from zbsolve.instance import Instance
 from zbsolve.ops import Entry, Op, Pair, ops_of
 from zbsolve.schedule import Schedule
 
-_COMPUTE = re.compile(r"(\d+)([FIWB])(\d+)")
+_COMPUTE = re.compile(r"(\d+)([FIWB])(\d+)(?:\.(\d+))?")  # .g: our extended CSV's segment
 _COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
 _STAGE_ACTION = re.compile(r"(\d+)(UNSHARD|RESHARD|REDUCE_GRAD)")
 _OVERLAP = re.compile(r"\(([^()]*)\)OVERLAP_F_B")
@@ -48,7 +50,7 @@ def parse_cell(cell: str) -> tuple[list[Entry], str | None]:
     if not text:
         return [], None
     if m := _COMPUTE.fullmatch(text):
-        return [Op(m[2], int(m[1]), int(m[3]))], None
+        return [Op(m[2], int(m[1]), int(m[3]), int(m[4] or 0))], None
     if _COMM.fullmatch(text) or _STAGE_ACTION.fullmatch(text):
         return [], text
     if m := _OVERLAP.fullmatch(text):
@@ -60,7 +62,7 @@ def parse_cell(cell: str) -> tuple[list[Entry], str | None]:
                 raise ValueError(
                     f"bad sub-action {part!r} in {text!r}: OVERLAP_F_B holds compute tokens "
                     "like 0F7 separated by ';'")
-            ops.append(Op(sub[2], int(sub[1]), int(sub[3])))
+            ops.append(Op(sub[2], int(sub[1]), int(sub[3]), int(sub[4] or 0)))
         if len(ops) != 2:
             raise ValueError(f"{text!r}: OVERLAP_F_B holds a forward and a backward (two "
                              f"sub-actions), got {len(ops)}")
@@ -240,6 +242,11 @@ def torch_refusal(inst: Instance) -> str | None:
         return ("torch's pipelining runtime runs one model with one last stage, so it cannot run "
                 "two replicas in one schedule; write --format torch-csv-ext (our extended CSV, "
                 "replica r's stage s is r*S+s) or --format executor for our runner")
+    if inst.segments > 1:
+        return (f"the instance splits each microbatch into {inst.segments} sequence segments and "
+                "torch's CSV has no segment index (nor its runtime a segment-aware stage); write "
+                "--format torch-csv-ext (our extended CSV: 3F12.2 = stage 3, forward, microbatch "
+                "12, segment 2) or --format executor for our runner")
     return None
 
 

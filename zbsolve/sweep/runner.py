@@ -45,7 +45,7 @@ SOLVER_CALLS = 0
 """Solver calls made in this process (the cache test reads it: a cache hit makes none)."""
 
 COLUMNS = [
-    "layout", "chunks", "placement", "limit_fraction", "limit", "schedule", "source", "status",
+    "layout", "chunks", "placement", "segments", "limit_fraction", "limit", "schedule", "source", "status",
     "makespan", "span", "bubble_makespan", "bubble_span", "peak", "peak_fraction", "gap",
     "lower_bound", "solve_time", "hint", "min_limit", "cached", "note", "schedule_file",
     "on_layout_front", "on_front",
@@ -124,6 +124,7 @@ class SweepConfig:
     absolute: bool = False
     chunks: list[int] | None = None
     placements: list[str] | None = None
+    segments: list[int] | None = None  # sequence segment counts (a layout dimension)
     params: SolverParams = field(default_factory=SolverParams)
     jobs: int = 1
     progress: bool = True
@@ -154,7 +155,7 @@ class SweepResult:
 
 
 def build_cases(inst: Instance, config: SweepConfig) -> tuple[list[Case], float | None]:
-    layouts = layouts_for(inst, config.chunks, config.placements)
+    layouts = layouts_for(inst, config.chunks, config.placements, config.segments)
     ref = None
     try:
         ref = reference_peak(inst)
@@ -460,7 +461,8 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 def _case_row(case: Case, cached: bool = False) -> dict[str, Any]:
     return {
         "layout": case.layout.label, "chunks": case.layout.chunks,
-        "placement": case.layout.placement, "limit_fraction": case.fraction, "limit": case.limit,
+        "placement": case.layout.placement, "segments": case.layout.segments,
+        "limit_fraction": case.fraction, "limit": case.limit,
         "schedule": "solver", "source": "solver", "status": "", "makespan": math.nan,
         "span": math.nan, "bubble_makespan": math.nan, "bubble_span": math.nan,
         "peak": math.nan, "gap": math.nan, "lower_bound": math.nan, "solve_time": math.nan,
@@ -468,7 +470,8 @@ def _case_row(case: Case, cached: bool = False) -> dict[str, Any]:
     } if not cached else {
         # identity fields come from the case, not the file: a renamed layout stays right
         "layout": case.layout.label, "chunks": case.layout.chunks,
-        "placement": case.layout.placement, "limit_fraction": case.fraction, "limit": case.limit,
+        "placement": case.layout.placement, "segments": case.layout.segments,
+        "limit_fraction": case.fraction, "limit": case.limit,
         "cached": True,
     }
 
