@@ -48,6 +48,9 @@ def register(sub) -> None:
                         help="do not impose microbatch order per (kind, stage)")
     parser.add_argument("--progress", action="store_true",
                         help="print elapsed / incumbent / bound / gap on stderr")
+    parser.add_argument("--fused-backward", action="store_true",
+                        help="every backward one B, for runtimes without the I/W split "
+                             "(Megatron, torch's Schedule1F1B-style runtimes)")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -67,6 +70,7 @@ def handle(args) -> int:
     from zbsolve.io import check_output
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
+    from zbsolve.solver.fused import solve_fused
 
     if args.output:  # found now, not after the solve
         check_output(args.output, inputs=[args.instance], suffixes=(".json",))
@@ -77,7 +81,7 @@ def handle(args) -> int:
         objective=args.objective, method=args.method, progress=args.progress,
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
     )
-    result = solve(inst, options)
+    result = (solve_fused if args.fused_backward else solve)(inst, options)
     sched = result.schedule
     margin = margin_meta(given, inst, args.memory_margin)
     if margin:
@@ -95,6 +99,7 @@ def handle(args) -> int:
                     "solve_time": result.solve_time, "baseline": result.baseline,
                     "baseline_value": result.baseline_value, "source": meta["source"],
                     "memory_unit": inst.memory_unit, "memory_margin": margin or None,
+                    "fused_backward": args.fused_backward,
                     "schedules": table})
         return 0
     _print_table(inst, result, table, args.output, margin)
