@@ -19,8 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from zbsolve.files import write_text_atomic
 from zbsolve.instance import Instance, load_instance
+from zbsolve.io import atomic_open, atomic_write_text
 
 FRACTIONS = (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 
@@ -117,13 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = [asdict(p) for p in points]
-    with (out / "points.csv.tmp").open("w", newline="") as fh:
+    with atomic_open(out / "points.csv", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    (out / "points.csv.tmp").replace(out / "points.csv")
-    write_text_atomic(out / "table.md", markdown(points))
-    write_text_atomic(out / "command.txt", "python -m zbsolve.bench_modes "
+    atomic_write_text(out / "table.md", markdown(points))
+    atomic_write_text(out / "command.txt", "python -m zbsolve.bench_modes "
                       + " ".join(sys.argv[1:] if argv is None else argv) + "\n")
     return 0
 

@@ -28,6 +28,8 @@ _REGISTRY: dict[str, str] = {
     "dualpipev": "dualpipe:dualpipev",
     "chimera": "chimera:chimera",
     "dualpipe": "dualpipe:dualpipe",
+    "seq1f1b": "seq1f1b:seq1f1b",
+    "seq1f1b-zb": "seq1f1b:seq1f1b_zb",
     # the memory modes (issue 13): apply where the instance offers recompute / offload
     "1f1b-recompute": "memory_modes:one_f_one_b_recompute",
     "1f1b-recompute-fit": "memory_modes:one_f_one_b_recompute_fit",
