@@ -450,3 +450,15 @@ def test_serial_witness_fits_the_mode_minimum():
         inst = inst.with_(limit=min_memory_limit(inst)[0])
         r = simulate(inst, serial_schedule(inst))
         assert r.feasible and r.peak_memory == pytest.approx(min_memory_limit(inst))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"recompute": {"R": 1e30, "kept": 0.1}}, "recompute.R[0]: 1e+30 is outside"),
+    ({"offload": {"d2h": 1e-30}}, "offload.d2h[0]: 1e-30 is outside"),
+    ({"recompute": {"R": 1.0, "kept": 0.1}, "segments": 2},
+     "memory modes with sequence segments (segments > 1) are not supported yet (issue 13)"),
+])
+def test_mode_fields_out_of_range_or_with_segments_are_refused(fields, message):
+    with pytest.raises(InstanceError) as exc:
+        make_instance(**fields)
+    assert message in str(exc.value)

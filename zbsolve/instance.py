@@ -725,6 +725,7 @@ def _recompute(raw: Any, S: int, activation: tuple[float, ...]) -> Recompute | N
 
     def kept_of(key: str) -> tuple[float, ...]:
         kept = _per(raw[key], S, f"recompute.{key}", "logical stage", positive=False)
+        _check_range(f"recompute.{key}", kept, zero_ok=True)
         for s, (k, a) in enumerate(zip(kept, activation)):
             if k > a:
                 raise InstanceError(f"recompute.{key}[{s}]: {k} exceeds memory.activation[{s}] "
@@ -733,11 +734,12 @@ def _recompute(raw: Any, S: int, activation: tuple[float, ...]) -> Recompute | N
         return kept
 
     R = _per(raw["R"], S, "recompute.R", "logical stage")
+    _check_range("recompute.R", R)
     if "R_selective" not in raw:
         return Recompute(R, kept_of("kept"))
-    return Recompute(R, kept_of("kept"),
-                     _per(raw["R_selective"], S, "recompute.R_selective", "logical stage"),
-                     kept_of("kept_selective"))
+    R_sel = _per(raw["R_selective"], S, "recompute.R_selective", "logical stage")
+    _check_range("recompute.R_selective", R_sel)
+    return Recompute(R, kept_of("kept"), R_sel, kept_of("kept_selective"))
 
 
 def _offload(raw: Any, S: int) -> Offload | None:
@@ -761,6 +763,8 @@ def _offload(raw: Any, S: int) -> Offload | None:
                                 "expected a share in (0, 1]")
     d2h = _per(raw["d2h"], S, "offload.d2h", "logical stage")
     h2d = _per(raw.get("h2d", raw["d2h"]), S, "offload.h2d", "logical stage")
+    _check_range("offload.d2h", d2h)
+    _check_range("offload.h2d", h2d)
     streams = raw.get("streams", 1)
     if isinstance(streams, bool) or streams not in COPY_STREAMS:
         raise InstanceError(f"offload.streams: expected 1 (one copy stream per device) or 2 "
