@@ -3,6 +3,7 @@ simulator's compute and copy streams, checked on hand-computed timelines."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -406,6 +407,12 @@ def test_sweep_offers_the_modes(tmp_path):
     solved = with_modes[with_modes["source"] == "solver"].iloc[0]
     assert 30 <= solved["makespan"] < 35  # the optimum is 30 (see the solver test above)
     assert "1f1b-recompute" in set(with_modes["schedule"])  # the baselines with modes listed
+    fit = with_modes[with_modes["schedule"] == "zb-h1-recompute-fit"].iloc[0]  # made per limit
+    # at limit 2 every microbatch must be recomputed (fewer do not fit), as zb-h1-recompute
+    assert fit["makespan"] == 35 and fit["schedule_file"].endswith("-limit-2.json")
+    written = Schedule.from_dict(json.loads((tmp_path / "keep-recompute" /
+                                             fit["schedule_file"]).read_text()))
+    assert sum(op.kind == "R" for op in written.ops()) == 32
     assert "1f1b-recompute" not in set(keep["schedule"])
     # keep alone: 35 is its optimum (proven in under a second idle), so never below it
     assert keep[keep["source"] == "solver"].iloc[0]["makespan"] >= 35 > solved["makespan"]

@@ -50,6 +50,8 @@ COLUMNS = [
     "lower_bound", "solve_time", "hint", "min_limit", "cached", "note", "schedule_file",
     "on_layout_front", "on_front",
 ]
+LIMITED = ("1f1b-recompute-fit", "zb-h1-recompute-fit")
+"""Hand-made families made for a memory limit (``zbsolve.baselines.memory_modes``)."""
 SCHEDULES = "schedules"
 """Sub-folder of the output with one schedule file per point (``schedule_file`` column)."""
 
@@ -311,10 +313,12 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
                    len(cases) - len(todo))
     except KeyboardInterrupt:
         interrupted = True
-    baselines: dict[Layout, list] = {}
+    baselines: dict[Layout | str, list] = {}
     for case in cases:  # hand-made schedules do not depend on the limit: once per layout
         if case.layout not in baselines:
             baselines[case.layout] = evaluate_baselines(relayout(inst, case.layout))
+        if case.inst.recompute is not None:  # except the recompute-to-fit ones: per case
+            baselines[case.key] = evaluate_baselines(case.inst, LIMITED)
     table = _table(cases, rows, baselines, ref, config.params.objective)
     table["schedule_file"] = _write_schedules(inst, cases, table, baselines, cache_dir, out_dir)
     stats = {
@@ -496,11 +500,12 @@ def _baseline_rows(case: Case, baselines: list) -> list[dict[str, Any]]:
     return out
 
 
-def evaluate_baselines(inst: Instance) -> list:
-    """Every applicable hand-made schedule of the (unlimited) instance, simulated."""
-    from zbsolve.baselines import evaluate_all
+def evaluate_baselines(inst: Instance, names: tuple[str, ...] | None = None) -> list:
+    """Every applicable hand-made schedule of the (unlimited) instance, simulated (or of
+    ``names`` only)."""
+    from zbsolve.baselines import NAMES, evaluate_all
 
-    return [r for r in evaluate_all(inst) if r.applicable]
+    return [r for r in evaluate_all(inst, names or NAMES) if r.applicable]
 
 
 def _table(cases: list[Case], rows: dict[str, dict[str, Any]], baselines: dict[Layout, list],
@@ -510,7 +515,7 @@ def _table(cases: list[Case], rows: dict[str, dict[str, Any]], baselines: dict[L
         if case.key not in rows:
             continue  # interrupted before this case finished
         records.append(dict(rows[case.key]))
-        records.extend(_baseline_rows(case, baselines[case.layout]))
+        records.extend(_baseline_rows(case, _hand_made(baselines, case)))
     table = pd.DataFrame.from_records(records, columns=[c for c in COLUMNS if c not in (
         "peak_fraction", "schedule_file", "on_layout_front", "on_front")])
     table["peak_fraction"] = table["peak"] / ref if ref else math.nan
@@ -545,12 +550,18 @@ def _write_schedules(inst: Instance, cases: list[Case], table: pd.DataFrame,
             continue
         rel = Path(SCHEDULES) / case.layout.label / (
             f"solver-limit-{case.limit:.10g}.json" if row["source"] == "solver"
+            else f"{row['schedule']}-limit-{case.limit:.10g}.json" if row["schedule"] in LIMITED
             else f"{row['schedule']}.json")
         if rel not in written:
             atomic_write_text(out_dir / rel, json.dumps(sched.to_dict(), indent=1))
             written[rel] = None
         column.append(str(rel))
     return column
+
+
+def _hand_made(baselines: dict, case: Case) -> list:
+    """The hand-made schedules of a case: its layout's, and those made for its limit."""
+    return baselines[case.layout] + baselines.get(case.key, [])
 
 
 def _point_schedule(inst: Instance, case: Case, row: pd.Series, baselines: dict[Layout, list],
@@ -563,7 +574,7 @@ def _point_schedule(inst: Instance, case: Case, row: pd.Series, baselines: dict[
         sched = Schedule.from_dict(hit["schedule"])
         sched.meta = {**sched.meta, "instance": case.inst.to_dict()}
         return sched
-    found = next((b for b in baselines[case.layout] if b.name == row["schedule"]), None)
+    found = next((b for b in _hand_made(baselines, case) if b.name == row["schedule"]), None)
     if found is None:
         return None
     free = relayout(inst, case.layout).with_(limit=None)
