@@ -3,9 +3,21 @@
 The written schedule carries per-device orders, the simulator's start times and the metadata
 (status, figures, bounds, gap, solve time, best hand-made schedule). The table printed puts the
 solver's schedule next to every hand-made one, all judged by the simulator.
+
+``--time-limit`` bounds the whole command from the moment the handler starts: loading the
+instance, the solve, re-checking the schedule with the simulator and writing it. The solve gets
+what is left after loading minus a reserve for the check and the write (``write_reserve``);
+Python's start-up and imports before the handler are not counted (measured in
+docs/solver.md). With ``--deterministic`` the limit is CP-SAT's deterministic time instead and
+the command returns the same schedule on any machine.
 """
 
 from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
 
 from zbsolve.cli.common import (
     add_json,
@@ -21,7 +33,14 @@ def register(sub) -> None:
     parser = sub.add_parser("solve", help="optimize a schedule with CP-SAT and compare")
     instance_arg(parser)
     parser.add_argument("-o", "--output", help="where to write the schedule JSON")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds, wall (60)")
+    parser.add_argument("--time-limit", type=float, default=60.0,
+                        help="seconds for the whole command, wall clock (60); with "
+                             "--deterministic, CP-SAT deterministic seconds")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="measure the limit in CP-SAT's deterministic time and cut nothing "
+                             "by the clock: the same command gives the same schedule anywhere")
+    parser.add_argument("--no-memory-tiebreak", action="store_true",
+                        help="skip the second phase that keeps the step time and minimizes memory")
     parser.add_argument("--gap", type=float, default=0.0, help="stop at this relative gap (0)")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (2)")
     parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (0)")
@@ -49,24 +68,76 @@ def comparison(result) -> list[dict]:
     return rows
 
 
+WRITE_FIXED = 0.05  # seconds: the reserve for checking and writing, fixed part ...
+WRITE_PER_OP = 4e-5  # ... and per op (simulator re-check + JSON), measured in docs/solver.md
+
+
+def write_reserve(n_ops: int, output: str | None) -> float:
+    """Seconds kept back from the solve for re-simulating and writing the schedule."""
+    return WRITE_FIXED + (WRITE_PER_OP * n_ops if output else 0.0)
+
+
+def check_output(output: str | None, instance: str) -> None:
+    """Refuse an output that cannot be written before any work is done."""
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise ValueError(f"-o/--output: {output} is a directory; give a file name, e.g. "
+                         f"{path / 'schedule.json'}")
+    if path.exists() and path.resolve() == Path(instance).resolve():
+        raise ValueError(f"-o/--output: {output} is the instance file itself; choose another name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"-o/--output: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK):
+                raise ValueError(f"-o/--output: cannot write in {parent}")
+            break
+
+
+def write_atomic(sched, output: str) -> None:
+    """Write beside the target, then rename: a failed write never leaves a cut file."""
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            import json
+
+            json.dump(sched.to_dict(), fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def handle(args) -> int:
+    from zbsolve.graph import TaskGraph
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
 
+    t0 = time.perf_counter()
+    if not args.time_limit >= 0:
+        raise ValueError(f"--time-limit: expected seconds >= 0, got {args.time_limit}")
+    check_output(args.output, args.instance)
     inst = load(args.instance)
+    limit = args.time_limit
+    if not args.deterministic:  # the solve gets what loading and writing leave of the budget
+        spent = time.perf_counter() - t0
+        limit = max(0.0, limit - spent - write_reserve(TaskGraph(inst).count(), args.output))
     options = SolveOptions(
-        time_limit=args.time_limit, gap=args.gap, workers=args.workers, seed=args.seed,
+        time_limit=limit, gap=args.gap, workers=args.workers, seed=args.seed,
         objective=args.objective, method=args.method, progress=args.progress,
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
+        deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
     )
     result = solve(inst, options)
     sched = result.schedule
     if args.output:
         validate(inst, sched)  # the simulator re-checks what is written
-        from pathlib import Path
-
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        sched.dump(args.output)
+        write_atomic(sched, args.output)
+    wall = time.perf_counter() - t0
     table = comparison(result)
     meta = sched.meta
     if args.json:
@@ -74,7 +145,9 @@ def handle(args) -> int:
                     "objective": options.objective, "objective_value": result.objective_value,
                     "lower_bound": result.lower_bound, "analytic_bound": result.analytic_bound,
                     "cpsat_bound": result.cpsat_bound, "gap": result.gap,
-                    "solve_time": result.solve_time, "baseline": result.baseline,
+                    "solve_time": result.solve_time, "command_time": wall,
+                    "time_limit": args.time_limit, "deterministic": args.deterministic,
+                    "baseline": result.baseline,
                     "baseline_value": result.baseline_value, "source": meta["source"],
                     "schedules": table})
         return 0
