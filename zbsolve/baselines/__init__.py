@@ -26,6 +26,10 @@ _REGISTRY: dict[str, str] = {
     "v-half": "vshape:v_half",
     "v-min": "vshape:v_min",
     "dualpipev": "dualpipev:dualpipev",
+    "torch-interleaved-1f1b": "torch_orders:torch_interleaved_1f1b",
+    "torch-looped-bfs": "torch_orders:torch_looped_bfs",
+    "torch-interleaved-zb": "torch_orders:torch_interleaved_zb",
+    "torch-zbv": "torch_orders:torch_zbv",
 }
 NAMES = tuple(_REGISTRY)
 

@@ -22,6 +22,8 @@ def register(sub) -> None:
                         help="folder with the published CSVs (default ../shared/reference)")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (2)")
     parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (0)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="limits in CP-SAT deterministic seconds (the same result anywhere)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.set_defaults(handler=handle)
 
@@ -46,7 +48,7 @@ def handle(args) -> int:
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     stem = "bench-quick" if args.quick else ("bench" if not patterns else "bench-partial")
     rows = bench.run(cases, Path(args.out), command, workers=args.workers, seed=args.seed,
-                     stem=stem)
+                     stem=stem, deterministic=args.deterministic)
     good = sum(bool(r.get("meets")) for r in rows)
     print(f"{good}/{len(rows)} cases meet their goal; results in {args.out}/{stem}.csv and .md")
     return 0
