@@ -286,7 +286,8 @@ def run_case(case: Case, workers: int = 2, seed: int = 0, deterministic: bool = 
         "status": res.status, "value": value, "makespan": sim.makespan, "span": sim.max_span,
         "bubble_makespan": sim.bubble_makespan, "bubble_span": sim.bubble_span,
         "lower_bound": res.lower_bound, "analytic_bound": res.analytic_bound, "gap": res.gap,
-        "solve_time": wall, "cp_dtime": solver.get("cp_dtime"),
+        "solve_time": wall, "proof_time": solver.get("proof_time"),
+        "cp_dtime": solver.get("cp_dtime"),
         "time_limit": case.time_limit, "method": solver.get("method"),
         "source": res.schedule.meta.get("source"), "peak_memory": max(sim.peak_memory),
         "heuristic": greedy[0] if greedy else None,
@@ -407,15 +408,15 @@ def _write(rows: list[dict[str, Any]], out_dir: Path, stem: str, command: str, s
         lines.append(f"| {fam} | {good}/{total} |")
     lines.append("")
     head = ("case", "ops", "status", "value", "makespan", "span", "bubble_makespan",
-            "bubble_span", "lower_bound", "gap", "solve_time", "anchor", "ratio", "baseline",
-            "meets")
+            "bubble_span", "lower_bound", "gap", "solve_time", "proof_time", "anchor", "ratio",
+            "baseline", "meets")
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for row in rows:
         cells = []
         for k in head:
             x = row.get(k)
-            if k in ("value", "makespan", "span", "lower_bound", "solve_time"):
+            if k in ("value", "makespan", "span", "lower_bound", "solve_time", "proof_time"):
                 cells.append(_fmt(x, 2))
             elif k == "gap":
                 cells.append("" if x is None else f"{100 * x:.3f}%")

@@ -257,6 +257,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     within = max(TOL, options.gap)
     proven = rel_gap(inc.sim.value(objective), analytic) <= within
     if proven:
+        info["proof_time"] = budget.elapsed()
         info["note"] = ("the hint meets the analytic lower bound: optimal, solver not run"
                         if rel_gap(inc.sim.value(objective), analytic) <= TOL
                         else "the hint is within the requested gap: solver not run")
@@ -274,6 +275,8 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     else:
         found, cp_bound = _solve_exact(inst, options, inc, budget, progress, info)
         ran = found is not None
+        if info.get("cp_status") == "OPTIMAL":
+            info["proof_time"] = budget.elapsed()
         if found is not None:
             best.offer(_Candidate(found.name, found, validate(inst, found)), "exact")
     if options.memory_tiebreak and method == "exact":
