@@ -369,7 +369,8 @@ def default_variants(inst: Instance) -> list[GreedyParams]:
                 for i, f in picks for sl in (0.0, 0.4)]
         out += [GreedyParams(w_policy="fit", reserve=False),
                 GreedyParams(w_policy="fit", i_pick="deep", reserve=False)]
-    if not big:  # the banker's test costs (microbatches in flight)^2 per forward
+    if inst.chunks > 1 and not big:  # one stage per device: the reservation is as tight; the
+        # banker's test costs (microbatches in flight)^2 per forward
         out += [GreedyParams(cap=cap, w_policy=w, i_pick=i, safe=True)
                 for cap in (None, 2.0) for w in ("fit", "fill") for i in ("mb", "deep")]
     unique = list(dict.fromkeys(out))
