@@ -162,8 +162,11 @@ def _print_table(inst, result, table: list[dict], output: str | None) -> None:
     obj = result.schedule.meta["objective"]
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
           f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}")
-    base = (f"{result.baseline} {result.baseline_value:.6g}" if result.baseline
-            else "none fits the memory limit")
+    base = "none fits the memory limit"
+    if result.baseline:
+        hand = result.schedule.meta["baseline"]["figures"]["peak_memory"]
+        base = (f"{result.baseline} {result.baseline_value:.6g} (peak {fmt_list(hand)}; the "
+                "least memory among the fastest that fit)")
     print(f"status {result.status}: {obj} {result.objective_value:.6g}, lower bound "
           f"{result.lower_bound:.6g} (analytic {result.analytic_bound:.6g}, cp-sat "
           f"{'-' if result.cpsat_bound is None else f'{result.cpsat_bound:.6g}'}), gap "

@@ -59,7 +59,7 @@ BOUND_SHARE = 0.2  # of the budget, at most, for the analytic bound (else the qu
 HAND_MADE_SHARE = 0.3  # of the budget, at most, for the hand-made families and the hints
 GREEDY_SHARE = 0.15  # of the budget, at most, for the greedy list scheduler
 MEMORY_PHASE_SHARE = 0.25  # of the budget, at most, for the memory phase
-MEMORY_PHASE_MIN = 2.0  # seconds the memory phase may take even after a quick first phase
+MEMORY_PHASE_MIN = 1.0  # seconds the memory phase may take even after a quick first phase
 
 
 @dataclass
