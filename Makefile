@@ -6,12 +6,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEFAULT := instances/default.yaml
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench notebook clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,torch]'
+	$(PY) -m pip install -q -e '.[dev,torch,ray,hf,titan]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -19,12 +19,17 @@ demo: $(STAMP)
 	$(VENV)/bin/zbsolve show $(DEFAULT) results/demo/schedule.json -o results/demo/timeline.png
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check zbsolve tests
-	$(PY) -c "import torch, nbclient, ipykernel"  # the torch and notebook tests must run, not skip
+	$(VENV)/bin/ruff check zbsolve tests examples
+	$(PY) -c "import torch, nbclient, ipykernel, ray, transformers, torchtitan"  # those tests must run, not skip
 	$(PY) -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(STAMP)  # writes a new ./zbsolve-bench-DATE-TIME/ (--out results/bench refreshes the committed run)
 	$(VENV)/bin/zbsolve bench
+
+notebook: $(STAMP)  # run notebooks/walkthrough.ipynb again and keep its outputs in the file
+	MPLBACKEND=Agg $(PY) -c "import nbformat; from nbclient import NotebookClient; \
+	p = 'notebooks/walkthrough.ipynb'; nb = nbformat.read(p, as_version=4); \
+	NotebookClient(nb, kernel_name='python3', timeout=300).execute(); nbformat.write(nb, p)"
 
 clean:
 	rm -rf $(VENV)

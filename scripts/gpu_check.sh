@@ -7,8 +7,35 @@
 # Writes results/gpu_check/<mode>/results.md (table), results.json and one Perfetto trace per
 # schedule; exits non-zero if any gradient check fails. Options: --model, --microbatches,
 # --solver-time, --out, --timeout (see python -m zbsolve.runtime.check_suite --help).
+#
+# --torchtitan: a torchtitan training run on our schedule instead (2 GPUs, not yet run: no GPU was
+# available while it was written). It needs a CUDA torch 2.13, torchtitan 0.3.0 with triton, and
+# a torchtitan source checkout in TORCHTITAN_DIR (llama3_debugmodel reads its tokenizer and the
+# c4_test data from tests/assets there). It solves a ZB-V-placed schedule for the debug model's
+# 6 blocks ([embedding + block] [2 blocks] [2 blocks] [block + head]), exports it with
+# `zbsolve export --format torchtitan` and trains 4 steps with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY="$(command -v python3)"
+if [ "${1:-}" = "--torchtitan" ]; then
+    OUT="${OUT:-results/gpu_check/torchtitan}"
+    mkdir -p "$OUT"
+    "$PY" - "$OUT" <<'PYEOF'
+import sys
+from zbsolve.instance import load_instance
+out = sys.argv[1]
+inst = load_instance({"name": "llama3-debug-p2-v2", "devices": 2, "microbatches": 8, "chunks": 2,
+                      "placement": "v", "times": {"F": 1.0, "I": 1.0, "W": 0.8}, "comm": 0.05,
+                      "meta": {"split": [2, 2, 2, 2]}})
+inst.dump(f"{out}/instance.yaml")
+PYEOF
+    .venv/bin/zbsolve solve "$OUT/instance.yaml" -o "$OUT/sched.json" --time-limit 20
+    .venv/bin/zbsolve export "$OUT/sched.json" --format torchtitan -o "$OUT/titan"
+    cd "${TORCHTITAN_DIR:?set TORCHTITAN_DIR to a torchtitan checkout (tests/assets)}"
+    # shellcheck disable=SC2046
+    exec timeout 470 torchrun --nproc-per-node 2 -m torchtitan.train --module llama3 \
+        --config llama3_debugmodel --training.steps 4 \
+        $(cat "$OLDPWD/$OUT/titan/overrides.txt")
+fi
 exec timeout --signal=TERM --kill-after=20 470 "$PY" -m zbsolve.runtime.check_suite "$@"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import INSTANCES, REFERENCE, make_instance
+from conftest import INSTANCES, REFERENCE, make_instance, moderate_floats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -212,7 +212,7 @@ def random_instances(draw):
     times = st.lists(st.floats(0.1, 10.0), min_size=S, max_size=S)
     return make_instance(
         p=p, m=m, v=v, placement=placement, F=draw(times), I=draw(times), W=draw(times),
-        comm=draw(st.floats(0.0, 3.0)), activation=1.0, weight=draw(st.floats(0.0, 1.0)),
+        comm=draw(moderate_floats(0.0, 3.0)), activation=1.0, weight=draw(moderate_floats(0.0, 1.0)),
     )
 
 
@@ -258,7 +258,7 @@ def test_zb_iclr_instances_load_and_match_their_rows():
         assert inst.activation[0] == 1.0
         assert inst.weight[0] == (0.366 if row["model"] == "1.5B" else 0.432)
         assert inst.limit == (float(row["p"]),) * inst.devices  # p * M_B: the ZB-1p setting
-        source = f"shared/reference/zb_iclr_bubble_rates.csv row {n} "
+        source = f"zbsolve/data/reference/zb_iclr_bubble_rates.csv row {n} "
         assert inst.extra["source"].startswith(source)
         # ZB-H1 fits the ZB-1p memory (it is ZB-1p on every row); ZB-H2 needs about 2p.
         h1 = validate(inst, zb_h1(inst))

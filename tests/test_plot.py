@@ -17,11 +17,34 @@ P8 = ROOT / "instances" / "gpt-1.5b-p8-m24.yaml"
 P4 = ROOT / "instances" / "seed" / "teaching-p4-m8.yaml"
 
 
+class _Bar:
+    """One Gantt bar read back from the chart's PolyCollection (Rectangle-like accessors)."""
+
+    def __init__(self, vertices, color):
+        xs, ys = vertices[:, 0], vertices[:, 1]
+        self.x, self.y, self.w = float(xs.min()), float(ys.min()), float(xs.max() - xs.min())
+        self.color = tuple(color)
+
+    def get_x(self):
+        return self.x
+
+    def get_y(self):
+        return self.y
+
+    def get_width(self):
+        return self.w
+
+    def get_facecolor(self):
+        return self.color
+
+
 def _bars(fig):
-    from matplotlib.patches import Rectangle
+    from matplotlib.collections import PolyCollection
 
     gantt = fig.axes[0]
-    return [p for p in gantt.patches if isinstance(p, Rectangle)]
+    (bars,) = [c for c in gantt.collections if isinstance(c, PolyCollection)]
+    return [_Bar(path.vertices, color)
+            for path, color in zip(bars.get_paths(), bars.get_facecolors())]
 
 
 def test_gantt_has_one_bar_per_op_and_readable_labels():
@@ -107,3 +130,62 @@ def test_show_cli(tmp_path, capsys):
     capsys.readouterr()
     assert main(["show", str(other), str(table_path), "-o", str(tmp_path / "x.png")]) == 2
     assert "placement" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path, name", [
+    (ROOT / "instances" / "default.yaml", "zb-h1"),  # m = 24, F/I/W of 9 to 19 ms
+    (ROOT / "instances" / "zb-iclr" / "1.5b-p8-m64.yaml", "zb-h1"),  # m = 64
+    (ROOT / "instances" / "torch-dualpipev-p4-m10.yaml", "dualpipev"),  # m = 10, two chunks
+])
+def test_every_bar_keeps_its_microbatch_number_from_ten_up(path, name):
+    """Two-digit numbers fit: the figure widens (within MAX_WIDTH) and narrow bars write their
+    number upright, so no bar is left bare and no number spills out of its bar."""
+    from zbsolve.plot import MAX_WIDTH
+
+    inst = load_instance(path)
+    sched = generate(name, inst)
+    fig = timeline_figure(inst, sched)
+    texts = fig.axes[0].texts
+    assert sorted(t.get_text() for t in texts) == sorted(
+        str(op.mb) for order in sched.orders for op in order)
+    assert 14 <= fig.get_figwidth() <= MAX_WIDTH
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[-1] == "numbers = microbatch"
+    # each number lies inside its bar, whichever way it is written
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    bars = {(round(b.get_x() + b.get_width() / 2, 6), round(b.get_y() + 0.4, 6)): b
+            for b in _bars(fig)}
+    to_px = fig.axes[0].transData.transform
+    for t in texts:
+        bar = bars[(round(t.get_position()[0], 6), round(t.get_position()[1], 6))]
+        box = t.get_window_extent(renderer)
+        (x0, _), (x1, _) = to_px((bar.get_x(), 0)), to_px((bar.get_x() + bar.get_width(), 0))
+        assert x0 - 0.5 <= box.x0 and box.x1 <= x1 + 0.5, (t.get_text(), t.get_rotation())
+
+
+def test_too_many_ops_for_numbers_says_so_in_the_legend():
+    from conftest import make_instance
+
+    # W is 1/20 of F: at the widest figure the 100 W bars of each device are too narrow
+    inst = make_instance(p=2, m=100, F=1.0, I=1.0, W=0.05)
+    sched = generate("zb-h1", inst)
+    fig = timeline_figure(inst, sched)
+    assert fig.get_figwidth() == 40.0
+    legend = fig.axes[0].get_legend().get_texts()[-1].get_text()
+    numbered = {(t.get_text()) for t in fig.axes[0].texts}
+    bare = len(sched) - len(fig.axes[0].texts)
+    assert bare == 2 * 100 and numbered == {str(j) for j in range(100)}  # F and I keep theirs
+    assert legend == f"numbers = microbatch ({bare} ops too short to number at this width)"
+
+
+def test_memory_is_labelled_with_the_instance_unit():
+    inst = load_instance({"devices": 2, "microbatches": 4, "times": {"F": 1, "I": 1, "W": 1},
+                          "memory": {"activation": "1.5GiB", "limit": "80GB"}})
+    fig = timeline_figure(inst, generate("1f1b", inst))
+    assert fig._suptitle.get_text().endswith("peak memory max 3 GiB")
+    assert fig.axes[1].get_title(loc="left").startswith("memory per device in GiB")
+    plain = load_instance(P4)
+    fig = timeline_figure(plain, generate("1f1b", plain))
+    assert fig.axes[1].get_title(loc="left").startswith("memory per device (peak/limit")

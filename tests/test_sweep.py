@@ -73,6 +73,8 @@ def tiny() -> Instance:
 
 def sweep(tmp_path, limits="0.25:1.5:0.25", solve_fn=reference_solve, **kw):
     """Sweep ``tiny()``; ``solve_fn=None`` is the real solver."""
+    if solve_fn is not None and kw.get("jobs", 1) == 1:
+        kw.setdefault("in_process", True)  # the stand-ins here are closures: not picklable
     config = SweepConfig(limits=parse_limits(limits), out_dir=tmp_path, progress=False, **kw)
     return run_sweep(tiny(), config, solve_fn=solve_fn)
 
@@ -358,3 +360,28 @@ def test_explicit_placement_cannot_be_recut():
     assert layouts_for(inst, None, None) == [Layout(2, "explicit")]
     with pytest.raises(InstanceError, match="explicit placement, so --chunks/--placements"):
         layouts_for(inst, [1], None)
+
+
+def test_each_point_names_a_schedule_file_that_carries_its_instance(tmp_path, capsys):
+    res = sweep(tmp_path, chunks=[1, 2], placements=["loop", "v"])
+    t = res.table
+    has = t[~t["status"].isin(["infeasible", "error"])]
+    assert has["schedule_file"].notna().all()
+    assert t[t["status"] == "infeasible"]["schedule_file"].isna().all()
+    for _, row in has.iterrows():
+        path = tmp_path / row["schedule_file"]
+        sched = Schedule.from_dict(json.loads(path.read_text()))
+        inst = load_instance(sched.meta["instance"])
+        sim = validate(inst, sched)
+        assert (sim.makespan, max(sim.peak_memory)) == (row["makespan"], row["peak"])
+        if row["source"] == "solver":
+            assert row["schedule_file"] == f"schedules/{row['layout']}/solver-limit-{row['limit']:.10g}.json"
+            assert inst.limit[0] == row["limit"]
+        else:
+            assert row["schedule_file"] == f"schedules/{row['layout']}/{row['schedule']}.json"
+    csv = pd.read_csv(tmp_path / "pareto.csv")
+    assert csv["schedule_file"].dropna().tolist() == has["schedule_file"].tolist()
+    point = has[has["source"] == "solver"].iloc[-1]
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / point["schedule_file"]), "--json"]) == 0  # no instance
+    assert json.loads(capsys.readouterr().out)["makespan"] == point["makespan"]

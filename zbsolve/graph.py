@@ -28,7 +28,10 @@ Memory
 ------
 Each unit's activation is a set of lifetimes on its device: split, activation - weight lives
 from F's start to I's end and weight from F's start to W's end; fused, the activation lives
-from F's start to B's end. A device also holds ``params`` of its stages all step long. The
+from F's start to B's end. With segments, a unit's activation is its segment's share
+(``Instance.segment_memory``), and the keys and values later segments read are part of it: they
+live until the unit's I (or B), which the segment edges above put after every later segment's.
+A device also holds ``params`` of its stages all step long. The
 simulator turns lifetimes into events; the CP-SAT model turns them into cumulative intervals.
 
 Jobs
@@ -96,6 +99,17 @@ class TaskGraph:
         n = inst.stages
         self._down = tuple(inst.hop(s - 1, s) if s > 0 else 0.0 for s in range(n))  # s-1 -> s
         self._up = tuple(inst.hop(s + 1, s) if s + 1 < n else 0.0 for s in range(n))  # s+1 -> s
+        self.overlap = inst.overlap is not None
+        if self.overlap:  # the smallest pair factor each stage can run under, as F / as backward
+            fx = [min((x for t in inst.stages_of(inst.placement[s])
+                       if (x := inst.overlap_factor(s, t)) is not None), default=1.0)
+                  for s in range(n)]
+            bx = [min((x for t in inst.stages_of(inst.placement[s])
+                       if (x := inst.overlap_factor(t, s)) is not None), default=1.0)
+                  for s in range(n)]
+            self._min_x = (tuple(min(1.0, x) for x in fx), tuple(min(1.0, x) for x in bx))
+        else:
+            self.min_duration = self.duration  # no pairs: a job lasts its duration
 
     @staticmethod
     def of(inst: Instance, ops: Iterable[Op]) -> TaskGraph:
@@ -195,7 +209,34 @@ class TaskGraph:
         return None if op[0] == SYNC else self.inst.placement[op[1]]
 
     def duration(self, op: Op) -> float:
-        return self.inst.duration(op[0], op[1])
+        """The op's time: its segment's share of its stage's F, I, W or B (``Instance``)."""
+        return self.inst.duration(op[0], op[1], op[3])
+
+    def min_duration(self, op: Op) -> float:
+        """A lower bound on the time from ``op``'s start to its end in any job: its duration,
+        or x times it where it may run in an overlapped pair of factor x (the pair lasts
+        x (F + B) >= x F, and its backward ends with it). Bounds use this, so they stay valid
+        when the solver may pair ops."""
+        if op[0] == SYNC:
+            return self.duration(op)
+        fx, bx = self._min_x
+        return self.duration(op) * (fx if op[0] == F else bx)[op[1]]
+
+    def device_min_work(self, device: int) -> float:
+        """A lower bound on the time a device computes (its ops' ``min_duration``)."""
+        if not self.overlap:
+            return self.inst.device_work(device)
+        return sum(self.min_duration(op) for op in self.device_ops(device))
+
+    def pair_options(self, device: int) -> Iterator[tuple[int, int, float]]:
+        """(forward stage, backward stage, factor) of every overlapped pair the instance allows
+        on ``device``."""
+        stages = self.inst.stages_of(device)
+        for a in stages:
+            for b in stages:
+                x = self.inst.overlap_factor(a, b)
+                if x is not None:
+                    yield a, b, x
 
     def job_duration(self, entry: Op | Pair) -> float:
         """An op's duration, or x (F + backward) for an overlapped pair (``pair_factor``)."""
@@ -302,7 +343,7 @@ class TaskGraph:
         """The memory one unit holds on its device (zero amounts left out)."""
         inst = self.inst
         d = inst.placement[stage]
-        act, kept = inst.activation[stage], inst.weight[stage]
+        act, kept = inst.segment_memory(stage, seg)
         f = Op(F, stage, mb, seg)
         if self.is_fused(stage, mb, seg):
             pieces = [(act, Op(B, stage, mb, seg))]
@@ -317,6 +358,6 @@ class TaskGraph:
                 for g in range(self.segments):
                     yield from self.lifetimes(s, j, g)
 
-    def unit_memory(self, stage: int) -> float:
-        """What one unit of ``stage`` allocates in all (its activation)."""
-        return self.inst.activation[stage]
+    def unit_memory(self, stage: int, seg: int = 0) -> float:
+        """What one unit of ``stage`` allocates in all (its segment's activation)."""
+        return self.inst.segment_memory(stage, seg)[0]

@@ -3,6 +3,11 @@
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend switch), so
 it works headless and from threads. The numbers in the title and on the memory panels are the
 simulator's. An executor table adds its SEND/RECV actions as ticks on the device rows.
+
+Every bar carries its microbatch number: the figure is made wide enough for the shortest op to
+hold its number (written across, or up when the bar is too narrow for that), up to
+``MAX_WIDTH``; past it, bars too narrow for a number are left bare and the legend says how many.
+Memory is labelled with the instance's unit (``memory.unit``) when it has one.
 """
 
 from __future__ import annotations
@@ -10,14 +15,49 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zbsolve.instance import Instance
-from zbsolve.ops import ops_of
+from zbsolve.instance import Instance, memory_unit_label
+from zbsolve.ops import Pair, ops_of
 from zbsolve.schedule import Schedule
 
 KIND_COLORS = {"F": "#3b7dd8", "I": "#e8833a", "W": "#4aa564", "B": "#8e5cc2"}
 KIND_LABELS = {"F": "F forward", "I": "I input backward", "W": "W weight backward",
                "B": "B full backward"}
 SEND_COLOR, RECV_COLOR = "#222222", "#c0392b"
+MAX_WIDTH = 40.0  # inches: wider than this a PNG stops being a picture one can look at
+_AXIS_LEFT, _AXIS_RIGHT = 0.07, 0.985  # the axes' horizontal extent, as a share of the width
+_BAR_H = 0.8  # bar height, in device rows
+
+
+class _LabelFit:
+    """Whether a bar of a given pixel width can carry a number across or upright."""
+
+    def __init__(self, fontsize: float, dpi: int, bar_px_high: float):
+        self.char_px = fontsize * dpi / 72 * 0.62  # a digit's advance, roughly
+        self.line_px = fontsize * dpi / 72  # the text's height
+        self.bar_px_high = bar_px_high
+
+    def across(self, text: str, px_wide: float) -> bool:
+        return px_wide >= self.char_px * len(text) + 3
+
+    def upright(self, text: str, px_wide: float) -> bool:
+        return px_wide >= self.line_px + 1 and self.bar_px_high >= self.char_px * len(text) + 3
+
+    def min_px(self, text: str) -> float:
+        """The narrowest bar that can carry ``text`` one way or the other."""
+        if self.bar_px_high >= self.char_px * len(text) + 3:
+            return min(self.char_px * len(text) + 3, self.line_px + 1)
+        return self.char_px * len(text) + 3
+
+
+def _width_for_labels(shortest: float, makespan: float, fit: _LabelFit, digits: int,
+                      width: float, dpi: int) -> float:
+    """The figure width (inches, ``width`` .. ``MAX_WIDTH``) at which the shortest op can carry
+    a number of ``digits`` digits."""
+    if shortest <= 0 or makespan <= 0:
+        return width
+    axis_px = makespan * (fit.min_px("8" * digits) + 0.5) / shortest  # + a rounding margin
+    needed = axis_px / (dpi * (_AXIS_RIGHT - _AXIS_LEFT))
+    return min(max(width, needed), max(width, MAX_WIDTH))
 
 
 def _shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
@@ -34,8 +74,9 @@ def timeline_figure(
     width: float = 14.0, dpi: int = 120,
 ):
     """Build the Figure (Gantt on top, one memory panel per device below)."""
+    from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Patch
 
     from zbsolve.simulate import simulate
 
@@ -44,33 +85,50 @@ def timeline_figure(
     ms = result.makespan
     gantt_h = max(2.0, 0.42 * p + 0.8)
     mem_h = 0.55
-    fig = Figure(figsize=(width, gantt_h + mem_h * p + 1.6), dpi=dpi)
+    height = gantt_h + mem_h * p + 1.6
+    fontsize = 7 if p <= 8 else 6
+    # a row of the Gantt chart is about gantt_h / (p + 0.4) inches; a bar is _BAR_H of it
+    fit = _LabelFit(fontsize, dpi, _BAR_H * gantt_h * dpi / (p + 0.4) * 0.93)
+    durations = [result.end[op] - result.start[op] for op in sched.ops()]
+    width = _width_for_labels(min((d for d in durations if d > 0), default=0.0), ms, fit,
+                              len(str(max(inst.m - 1, 0))), width, dpi)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     # row 1 is an empty spacer that keeps the memory title clear of the Gantt chart
     grid = fig.add_gridspec(p + 2, 1, height_ratios=[gantt_h, 0.2] + [mem_h] * p, hspace=0.12,
-                            left=0.07, right=0.985, top=1 - 0.75 / fig.get_figheight(),
-                            bottom=0.55 / fig.get_figheight())
+                            left=_AXIS_LEFT, right=_AXIS_RIGHT, top=1 - 0.75 / height,
+                            bottom=0.55 / height)
     ax = fig.add_subplot(grid[0])
-    bar_h = 0.8
-    axis_px = width * dpi * (0.985 - 0.07)
-    px_per_unit = axis_px / ms
-    fontsize = 7 if p <= 8 else 6
-    char_px = fontsize * dpi / 72 * 0.62
+    bar_h = _BAR_H
+    px_per_unit = width * dpi * (_AXIS_RIGHT - _AXIS_LEFT) / ms
     kinds_seen: set[str] = set()
+    unlabelled = 0
+    # one collection for all bars: drawing stays linear and fast at hundreds of thousands of ops
+    boxes, colors = [], []
     for d, order in enumerate(sched.orders):
         stages = inst.stages_of(d)
         chunk_of = {s: c for c, s in enumerate(stages)}
         y = p - 1 - d
-        for op in (o for e in order for o in ops_of(e)):
+        for op, half in ((o, k if isinstance(e, Pair) else None) for e in order
+                         for k, o in enumerate(ops_of(e))):
+            # an overlapped pair is one job: its forward on the upper half, its backward below
             t0, t1 = result.start[op], result.end[op]
+            h = bar_h if half is None else bar_h / 2
+            y0 = y - bar_h / 2 if half in (None, 1) else y
             kinds_seen.add(op.kind)
             color = _shade(KIND_COLORS[op.kind], chunk_of[op.stage], len(stages))
-            ax.add_patch(Rectangle((t0, y - bar_h / 2), t1 - t0, bar_h, facecolor=color,
-                                   edgecolor="white", linewidth=0.4))
-            label = str(op.mb)
-            if (t1 - t0) * px_per_unit >= char_px * len(label) + 3:
-                lum = 0.299 * color[0] + 0.587 * color[1] + 0.114 * color[2]
-                ax.text((t0 + t1) / 2, y, label, ha="center", va="center", fontsize=fontsize,
-                        color="black" if lum > 0.6 else "white")
+            boxes.append(((t0, y0), (t0, y0 + h), (t1, y0 + h), (t1, y0)))
+            colors.append(color)
+            label, px_wide = str(op.mb), (t1 - t0) * px_per_unit
+            rotation = 0 if fit.across(label, px_wide) else 90 if fit.upright(label, px_wide) \
+                else None
+            if rotation is None or h < bar_h:  # a pair's half bar: its number would not fit
+                unlabelled += rotation is None
+                continue
+            lum = 0.299 * color[0] + 0.587 * color[1] + 0.114 * color[2]
+            ax.text((t0 + t1) / 2, y, label, ha="center", va="center", fontsize=fontsize,
+                    rotation=rotation, color="black" if lum > 0.6 else "white")
+    ax.add_collection(PolyCollection(boxes, facecolors=colors, edgecolors="white",
+                                     linewidths=0.4))
     if table is not None:
         for r, row in enumerate(table.actions):
             y = p - 1 - r
@@ -97,12 +155,20 @@ def timeline_figure(
             Line2D([], [], linestyle="none", marker="v", color=SEND_COLOR, label="SEND"),
             Line2D([], [], linestyle="none", marker="^", color=RECV_COLOR, label="RECV done"),
         ]
+    total = sum(len(order) for order in sched.orders)
+    numbers = ("numbers = microbatch" if not unlabelled else
+               f"numbers = microbatch ({unlabelled} ops too short to number at this width)"
+               if unlabelled < total else
+               f"all {total} ops too short to carry their microbatch numbers at this width")
+    handles.append(Patch(facecolor="none", edgecolor="none", label=numbers))
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(handles),
               fontsize=8, frameon=False, borderaxespad=0.2)
     head = title or f"{sched.name} on {inst.name} (p={p}, m={inst.m}, v={inst.v})"
+    unit = memory_unit_label(inst)
+    in_unit = f" {unit}" if unit else ""
     fig.suptitle(
         f"{head}\nmakespan {ms:.4g}, bubble {result.bubble_makespan:.1%} (makespan) / "
-        f"{result.bubble_span:.1%} (span), peak memory max {max(result.peak_memory):.4g}"
+        f"{result.bubble_span:.1%} (span), peak memory max {max(result.peak_memory):.4g}{in_unit}"
         + ("" if result.feasible else "  - OVER THE MEMORY LIMIT"),
         fontsize=10, y=1 - 0.08 / fig.get_figheight(), va="top",
     )
@@ -131,8 +197,8 @@ def timeline_figure(
         mx.tick_params(axis="x", labelbottom=d == p - 1, labelsize=8)
         mx.grid(axis="x", linestyle=":", linewidth=0.5, alpha=0.6)
         if d == 0:
-            mx.set_title("memory per device (peak/limit; dashed = limit)", fontsize=8,
-                         loc="left", pad=2)
+            what = f"memory per device in {unit}" if unit else "memory per device"
+            mx.set_title(f"{what} (peak/limit; dashed = limit)", fontsize=8, loc="left", pad=2)
     fig.axes[-1].set_xlabel("time", fontsize=8)
     return fig
 
@@ -144,14 +210,15 @@ def save_timeline(
     """Write the PNG (and an SVG with the same stem when ``svg``); returns the paths written."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from zbsolve.io import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig = timeline_figure(inst, sched, table=table, title=title)
     FigureCanvasAgg(fig)
     written = [path]
-    fig.savefig(path)
     if svg and path.suffix.lower() != ".svg":
-        svg_path = path.with_suffix(".svg")
-        fig.savefig(svg_path)
-        written.append(svg_path)
+        written.append(path.with_suffix(".svg"))
+    for target in written:  # each picture whole or not at all
+        with atomic_path(target) as tmp:
+            fig.savefig(tmp, format=target.suffix.lstrip(".").lower())
     return written

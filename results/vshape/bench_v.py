@@ -6,13 +6,13 @@ Run from the repository root:
 
 import csv
 import time
-from pathlib import Path
 
 from zbsolve.baselines import generate
+from zbsolve.data import reference_dir
 from zbsolve.instance import load_instance
 from zbsolve.simulate import simulate
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
+REF = reference_dir()
 
 
 def unit_rows() -> None:

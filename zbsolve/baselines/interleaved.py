@@ -36,7 +36,7 @@ Checked against the reference (tests/test_baselines_zb.py):
 
 from __future__ import annotations
 
-from zbsolve.baselines.common import make, require
+from zbsolve.baselines.common import make, one_replica, require
 from zbsolve.instance import Instance, placement_for
 from zbsolve.ops import B, F, Op
 from zbsolve.schedule import Schedule
@@ -63,6 +63,7 @@ def warmup_count(rank: int, p: int, v: int, m: int) -> int:
 def interleaved_1f1b(inst: Instance) -> Schedule:
     """Megatron's interleaved 1F1B over v chunks in loop placement, fused backwards."""
     p, m, v = inst.devices, inst.microbatches, inst.chunks
+    one_replica(inst, NAME)
     require(v >= 2, NAME, f"needs chunks >= 2 (got {v}); with one chunk use '1f1b'")
     require(
         inst.placement == placement_for("loop", p, v),

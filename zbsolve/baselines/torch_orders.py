@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from zbsolve.baselines.common import make, require, v_shape_stages
+from zbsolve.baselines.common import make, one_replica, require, v_shape_stages
 from zbsolve.instance import Instance, placement_for
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
@@ -59,7 +59,7 @@ class _Counters:
 def _require_loop(inst: Instance, name: str, min_chunks: int) -> None:
     p, v = inst.devices, inst.chunks
     require(v >= min_chunks, name, f"needs chunks >= {min_chunks}, got {v}")
-    require(inst.replicas == 1, name, "needs one model replica")
+    one_replica(inst, name)
     require(inst.placement == placement_for("loop", p, v), name,
             f"needs the loop placement (stage s on device s % p), got {inst.placement_kind}; "
             "use placement: loop")
@@ -165,8 +165,7 @@ def _zbv_rank(p: int, m: int, r: int, chunk0: int, chunk1: int) -> list[Op]:
 def torch_zbv(inst: Instance) -> Schedule:
     """torch's ScheduleZBVZeroBubble (module docstring)."""
     name = "torch-zbv"
-    pairs = v_shape_stages(inst, name)
-    require(inst.replicas == 1, name, "needs one model replica")
+    pairs = v_shape_stages(inst, name)  # checks one replica, whole microbatches
     p, m = inst.devices, inst.microbatches
     return make(inst, name, [_zbv_rank(p, m, r, *pairs[r]) for r in range(p)])
 

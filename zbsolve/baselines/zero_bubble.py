@@ -18,7 +18,7 @@ them in H1). H2 holds back 2s: with its doubled warm-up and the table's times ev
 ends at the same time, the last stage runs without a gap (span m (F+I+W)), and stage 0, which
 starts first, has the longest span, the number the table reports.
 
-What we found when matching the paper's table (shared/reference/zb_iclr_bubble_rates.csv) with
+What we found when matching the paper's table (zbsolve/data/reference/zb_iclr_bubble_rates.csv) with
 our simulator (ASAP on fixed orders, T_comm on every cross-device F->F and I->I hand-off):
 
 * With exactly these orders the simulator gives the authors' closed forms to machine precision

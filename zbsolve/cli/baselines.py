@@ -10,6 +10,7 @@ from zbsolve.cli.common import (
     print_json,
     print_schedule_table,
 )
+from zbsolve.instance import memory_unit_label
 
 
 def register(sub) -> None:
@@ -38,7 +39,8 @@ def handle(args) -> int:
     if args.json:
         print_json(table)
         return 0
+    unit = memory_unit_label(inst)
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
-          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}")
-    print_schedule_table(table)
+          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{f' {unit}' if unit else ''}")
+    print_schedule_table(table, memory_unit_label(inst))
     return 0

@@ -1,9 +1,17 @@
-"""``zbsolve bench``: run the issue's benchmark cases and write results/bench/ (CSV + markdown)."""
+"""``zbsolve bench``: run the benchmark cases and write CSV + markdown to a new folder.
+
+The output goes to ``./zbsolve-bench-<date>-<time>/`` unless ``--out`` says otherwise, so a run
+never overwrites earlier results (``--out results/bench`` refreshes the committed ones, on
+purpose). The published tables and instances come from the package (``zbsolve.data``).
+"""
 
 from __future__ import annotations
 
 import shlex
 import sys
+
+from zbsolve.cli import args as types
+from zbsolve.cli.common import add_json, new_output_dir, print_json
 
 
 def register(sub) -> None:
@@ -12,19 +20,23 @@ def register(sub) -> None:
     )
     parser.add_argument("--cases", action="append", default=[], metavar="PATTERN",
                         help="only cases whose id or family matches (glob or substring); "
-                             "repeatable or comma-separated, e.g. 'iclr-2p,small'")
-    parser.add_argument("--time-limit", type=float, default=20.0,
-                        help="seconds per table case (20); small cases get 60, large 120")
+                             "repeatable or comma-separated, e.g. 'iclr-2p,small' "
+                             "(default: all)")
+    parser.add_argument("--time-limit", type=types.seconds, default=20.0, metavar="SECONDS",
+                        help="seconds per table case; small cases get 60, large 120")
     parser.add_argument("--quick", action="store_true",
                         help="one or two cases per family with short limits (a smoke run)")
-    parser.add_argument("--out", default="results/bench", help="output folder (results/bench)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: a new ./zbsolve-bench-DATE-TIME/)")
     parser.add_argument("--reference", default=None,
-                        help="folder with the published CSVs (default ../shared/reference)")
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (2)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (0)")
+                        help="folder with the published CSVs (default: the tables shipped in "
+                             "zbsolve/data/reference/)")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--deterministic", action="store_true",
                         help="limits in CP-SAT deterministic seconds (the same result anywhere)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    add_json(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -32,9 +44,10 @@ def handle(args) -> int:
     from pathlib import Path
 
     from zbsolve import bench
+    from zbsolve.io import check_output
 
-    if args.time_limit <= 0:
-        raise ValueError(f"--time-limit: expected seconds > 0, got {args.time_limit}")
+    if args.out:
+        check_output(args.out, kind="folder", what="--out")
     ref = Path(args.reference) if args.reference else None
     cases = bench.build_cases(ref, time_limit=args.time_limit, quick=args.quick)
     patterns = [p for arg in args.cases for p in arg.split(",") if p]
@@ -42,13 +55,23 @@ def handle(args) -> int:
     if not cases:
         raise ValueError(f"--cases: nothing matches {patterns}; families: {bench.FAMILIES}")
     if args.list:
+        if args.json:
+            print_json([{"case": c.id, "family": c.family, "ops": c.ops,
+                         "time_limit": c.time_limit, "goal": c.goal} for c in cases])
+            return 0
         for c in cases:
             print(f"{c.id}\tops={c.ops}\tlimit={c.time_limit:g}s\t{c.goal}")
         return 0
+    out = Path(args.out) if args.out else new_output_dir("zbsolve-bench")
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     stem = "bench-quick" if args.quick else ("bench" if not patterns else "bench-partial")
-    rows = bench.run(cases, Path(args.out), command, workers=args.workers, seed=args.seed,
-                     stem=stem, deterministic=args.deterministic)
+    echo = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    rows = bench.run(cases, out, command, workers=args.workers, seed=args.seed, stem=stem,
+                     echo=echo, deterministic=args.deterministic)
     good = sum(bool(r.get("meets")) for r in rows)
-    print(f"{good}/{len(rows)} cases meet their goal; results in {args.out}/{stem}.csv and .md")
+    files = [str(out / f"{stem}.csv"), str(out / f"{stem}.md")]
+    if args.json:
+        print_json({"cases": len(rows), "meet_goal": good, "files": files, "rows": rows})
+    else:
+        print(f"{good}/{len(rows)} cases meet their goal; results in {files[0]} and .md")
     return 0

@@ -6,18 +6,72 @@ import argparse
 import json
 import math
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance, InstanceError, load_instance
 from zbsolve.simulate import ScheduleError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with two changes: a subcommand's argument error is one line with that
+    subcommand's usage (``main`` routes unrecognized arguments to it), and under ``--json`` it
+    is one JSON object on stdout, like every other error (see ``report_error``)."""
+
+    json_errors = False  # set by ``zbsolve.cli.main`` when --json is on the command line
+
+    def error(self, message: str):  # type: ignore[override]
+        usage = " ".join(self.format_usage().split())  # the subcommand's usage, on one line
+        if Parser.json_errors:
+            command = self.prog.split()[1] if " " in self.prog else None
+            print(json.dumps({"error": message, "command": command, "usage": usage}))
+            raise SystemExit(2)
+        # one line, like every other zbsolve error: the problem first, then the usage
+        self.exit(2, f"{self.prog}: error: {message} ({usage}; see '{self.prog} --help')\n")
+
+
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to a flag's help unless the help already says its default; flags
+    that are off by default (False) or have no default (None) explain themselves in words."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and default is not None and default is not False
+                and default is not argparse.SUPPRESS and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    parser.add_argument("--json", action="store_true",
+                        help="machine-readable output: one JSON document on stdout (errors too: "
+                             '{"error": ..., "command": ...})')
 
 
 def instance_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("instance", help="instance file (YAML or JSON)")
+
+
+def schedule_args(parser: argparse.ArgumentParser, schedule_help: str) -> None:
+    """``[INSTANCE] SCHEDULE`` plus ``--instance``: the instance may be left out for a schedule
+    that carries its own (``zbsolve solve`` output, executor tables, sweep schedule files)."""
+    parser.add_argument("instance_pos", nargs="?", metavar="INSTANCE",
+                        help="instance file (YAML or JSON); optional when the schedule carries "
+                             "its instance")
+    parser.add_argument("schedule", metavar="SCHEDULE", help=schedule_help)
+    parser.add_argument("--instance", dest="instance",
+                        help="instance file, as an option (same as the INSTANCE argument; default: the "
+                             "one the schedule carries)")
+
+
+def given_instance(args: argparse.Namespace) -> str | None:
+    """The instance path from ``schedule_args`` (positional or ``--instance``; not both)."""
+    pos, opt = getattr(args, "instance_pos", None), getattr(args, "instance", None)
+    if pos is not None and opt is not None:
+        raise ValueError("INSTANCE and --instance both given; give the instance once")
+    return pos if pos is not None else opt
 
 
 def load(path: str) -> Instance:
@@ -26,15 +80,49 @@ def load(path: str) -> Instance:
 
 def instance_for(path: str | None, sched) -> Instance:
     """The instance a schedule is for: the file given, else the one the schedule carries
-    (schedules written by ``zbsolve solve`` and executor tables carry theirs)."""
+    (schedules written by ``zbsolve solve``, ``zbsolve sweep`` and executor tables carry theirs)."""
     if path is not None:
         return load(path)
     if "instance" not in sched.meta:
         raise ValueError(
-            "--instance: required for this schedule file (only schedules written by "
-            "'zbsolve solve' and executor tables carry their instance)"
+            "--instance: required for this schedule file, which does not carry its instance "
+            "(schedules written by 'zbsolve solve' or 'zbsolve sweep' and executor tables do); "
+            "give the instance file"
         )
     return load_instance(sched.meta["instance"])
+
+
+def schedule_and_instance(path: str, given: str | None):
+    """Read a schedule file (``zbsolve.export.judge.read_schedule_file``: any kind, with its
+    own communication where it has any) and the instance it is judged against: the one given,
+    else the one it carries. A torch CSV's OVERLAP_F_B cells are overlapped pairs; where the
+    instance allows no overlap they run as their two halves, forward first, as torch's runtime
+    runs them without a custom function. Returns (file, instance)."""
+    from zbsolve.export.judge import read_schedule_file
+    from zbsolve.schedule import unpair
+
+    inst = load(given) if given is not None else None
+    file = read_schedule_file(path, inst)
+    if inst is None:
+        inst = instance_for(None, file.schedule)
+        if file.kind == "torch-csv-comms":
+            file = read_schedule_file(path, inst)
+    if file.kind.startswith("torch-csv") and inst.overlap is None:
+        file.schedule = unpair(file.schedule)
+    return file, inst
+
+
+# ---------------------------------------------------------------------- outputs
+def new_output_dir(prefix: str) -> Path:
+    """A folder that does not exist yet under the working directory, ``PREFIX-YYYYmmdd-HHMMSS``
+    (``-2``, ``-3``, ... if taken): the default output of commands that write many files, so
+    they never overwrite earlier results, the shipped ``results/`` least of all."""
+    stem = f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = Path.cwd() / stem, 1
+    while path.exists():
+        n += 1
+        path = Path.cwd() / f"{stem}-{n}"
+    return path
 
 
 def _clean(value: Any) -> Any:
@@ -55,20 +143,51 @@ def fmt_list(values: list, digits: int = 3) -> str:
     return "[" + ", ".join("-" if v is None else f"{v:.{digits}g}" for v in values) + "]"
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
+def report_error(args: argparse.Namespace, message: str) -> None:
+    """An error for the user: under ``--json`` one JSON object on stdout (so stdout always
+    holds exactly one JSON document), otherwise one line on stderr."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "command": args.command}))
+    else:
+        print(f"zbsolve {args.command}: error: {message}", file=sys.stderr)
+
+
 def run_handler(args: argparse.Namespace) -> int:
-    """Turn expected user errors into one clear line and exit code 2, not a traceback."""
+    """Turn expected user errors into one clear line and exit code 2, not a traceback.
+
+    Also one line: a file the system refuses to read or write (a full disk, a permission) and
+    Ctrl-C (exit 130; every write is atomic, so nothing half-written is left behind).
+    """
     try:
         return int(args.handler(args) or 0)
     except (InstanceError, ScheduleError, FileNotFoundError, ValueError) as exc:
-        print(f"zbsolve {args.command}: error: {exc}", file=sys.stderr)
+        report_error(args, _one_line(exc))
         return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        report_error(args, f"{where}{exc.strerror or exc}")
+        return 2
+    except KeyboardInterrupt:
+        report_error(args, "interrupted")
+        return EXIT_INTERRUPTED
 
 
-def print_schedule_table(rows: list[dict]) -> None:
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (a multi-line report keeps its first lines, joined)."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    return "; ".join(lines[:4]) + (" ..." if len(lines) > 4 else "")
+
+
+def print_schedule_table(rows: list[dict], unit: str | None = None) -> None:
     """One table of schedules judged by the simulator (rows: ``name``, optional ``status``, and
     ``SimResult.summary()`` fields, or ``reason`` for a family that does not apply, which is
-    listed on one line under the table instead)."""
+    listed on one line under the table instead). ``unit``: of the memory column."""
     import pandas as pd
+
+    peak = f"peak memory ({unit})" if unit else "peak memory"
 
     shown = [
         {
@@ -78,7 +197,7 @@ def print_schedule_table(rows: list[dict]) -> None:
             "span": r["span"],
             "bubble(makespan)": r["bubble_makespan"],
             "bubble(span)": r["bubble_span"],
-            "peak memory": fmt_list(r["peak_memory"]),
+            peak: fmt_list(r["peak_memory"]),
             "fits memory": "yes" if r["feasible"] else "NO",
         }
         for r in rows if "reason" not in r

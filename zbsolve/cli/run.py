@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from zbsolve.cli.common import add_json, print_json
+from zbsolve.cli import args as types
+from zbsolve.cli.common import add_json, print_json, report_error
 
 EXIT_MISMATCH = 1
 EXIT_RANK_FAILED = 3
@@ -19,14 +20,22 @@ def register(sub) -> None:
     parser = sub.add_parser(
         "run", help="run an executor table on a GPT model with torch.distributed; prove gradients")
     parser.add_argument("table", help="executor table JSON (zbsolve export --format executor)")
-    parser.add_argument("--model", default="gpt-tiny",
-                        help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default gpt-tiny)")
+    parser.add_argument("--model", default=None,
+                        help="model preset: gpt-tiny (CPU), gpt-small, gpt-medium (default "
+                             "gpt-tiny, or the model the table's instance was profiled from by "
+                             "zbsolve profile --hf/--module)")
     for name in ("layers", "hidden", "heads", "seq", "vocab"):
-        parser.add_argument(f"--{name}", type=int, help=f"override the preset's {name}")
-    parser.add_argument("--microbatch-size", type=int, help="sequences per microbatch")
-    parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
-    parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
-    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
+        parser.add_argument(f"--{name}", type=types.positive_int,
+                            help=f"override the preset's {name} (default: the preset's)")
+    parser.add_argument("--microbatch-size", type=types.positive_int,
+                        help="sequences per microbatch (default: the preset's)")
+    parser.add_argument("--seed", type=types.seed, default=0, help="model and data seed (default 0)")
+    from zbsolve.cli.profile import add_own_model_args
+
+    add_own_model_args(parser)  # --hf / --module: run your model's stages instead of the GPT
+    parser.add_argument("--steps", type=types.positive_int, default=2, help="optimizer steps (default 2)")
+    parser.add_argument("--lr", type=types.positive_number, default=None,
+                        help="SGD learning rate (default 0.05)")
     parser.add_argument("--backend", choices=("gloo", "nccl"),
                         help="P2P backend (default: nccl with one GPU per rank, else gloo)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -34,14 +43,16 @@ def register(sub) -> None:
     parser.add_argument("--engine", choices=("ours", "torch"), default="ours",
                         help="ours: this runtime; torch: torch's _PipelineScheduleRuntime "
                              "from our torch CSV")
-    parser.add_argument("--nproc", type=int,
+    parser.add_argument("--nproc", type=types.positive_int,
                         help="local ranks to spawn (default: the table's rank count)")
-    parser.add_argument("--timeout", type=float, default=120.0,
+    parser.add_argument("--timeout", type=types.seconds, default=120.0,
                         help="seconds before a P2P or collective wait fails (default 120)")
-    parser.add_argument("--rtol", type=float, default=1e-5,
+    parser.add_argument("--rtol", type=types.nonneg_number, default=1e-5,
                         help="relative tolerance of the gradient check (default 1e-5)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per rank")
-    parser.add_argument("--trace", help="write the measured vs predicted Perfetto trace here")
+    parser.add_argument("--threads", type=types.positive_int, default=1, help="torch CPU threads per rank")
+    parser.add_argument("--trace", help="write the measured vs predicted Perfetto trace here (default: none)")
+    parser.add_argument("--allow-over-memory", action="store_true",
+                        help="run a table that exceeds its own instance's memory limit")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -75,52 +86,55 @@ def handle(args) -> int:
     import os
     import tempfile
 
-    from zbsolve.export.executor import instance_of, load_table, schedule_from_table
-    from zbsolve.export.p2p_check import require_safe
+    from zbsolve.export.judge import JudgeError, read_schedule_file
+    from zbsolve.io import check_output
     from zbsolve.runtime.launch import RankFailed, in_torchrun, run_jobs
-    from zbsolve.runtime.model import GPTConfig
     from zbsolve.runtime.reference import DEFAULT_LR
     from zbsolve.runtime.runner import Job, RunOptions, check_table
-    from zbsolve.simulate import simulate
 
-    if args.steps < 1:
-        raise ValueError(f"--steps: expected >= 1, got {args.steps}")
     if args.trace and args.engine == "torch":
         raise ValueError("--trace needs --engine ours: torch's runtime gives no per-action "
                          "timings (it reports the step time only)")
-    table = load_table(args.table)
-    # Before anything runs: the compute order is a valid schedule and the P2P cannot deadlock.
-    simulate(instance_of(table), schedule_from_table(table))
-    require_safe(table, modes=("batched",))
-    cfg = GPTConfig.preset(
-        args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
-        vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed)
+    if args.trace:
+        check_output(args.trace, inputs=[args.table], suffixes=(".json",), what="--trace")
+    file = read_schedule_file(args.table)
+    if file.kind != "executor":
+        raise JudgeError(f"{args.table}: is a {file.kind} file; zbsolve run takes an executor "
+                         "table (zbsolve export --format executor)")
+    if file.header:
+        raise JudgeError(f"{args.table}: {file.header[0]}")
+    table = file.table
+    spec, cfg = model_for(args, table)
     world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
-    check_table(table, world, cfg)
+    # Before anything runs: the table's own problems (compute order, P2P, memory), then the launch
+    check_table(table, world, cfg, args.engine, allow_over_memory=args.allow_over_memory)
     device, backend, note = _plan_device(args, world)
     opts = RunOptions(backend=backend, device=device, steps=args.steps,
                       lr=DEFAULT_LR if args.lr is None else args.lr, timeout_s=args.timeout,
-                      rtol=args.rtol, threads=args.threads)
+                      rtol=args.rtol, threads=args.threads,
+                      allow_over_memory=args.allow_over_memory)
     with tempfile.TemporaryDirectory(prefix="zbsolve-run-csv-") as tmp:
         csv_path = None
         if args.engine == "torch":
             from zbsolve.runtime.torch_engine import write_csv_for
 
-            csv_path = os.path.join(tmp, f"{table.schedule_name}.csv")
+            csv_path = os.path.join(tmp, "schedule.csv")  # never a path from file contents
             write_csv_for(table, csv_path)
-        job = Job(table.to_dict(), cfg.to_dict(), engine=args.engine, torch_csv=csv_path,
+        job = Job(table.to_dict(), cfg, engine=args.engine, torch_csv=csv_path,
                   trace=os.path.abspath(args.trace) if args.trace else None,
                   label=table.schedule_name)
         try:
             reports = run_jobs([job], world, opts)
         except RankFailed as exc:
-            print(f"zbsolve run: error: {exc}", file=sys.stderr)
+            report_error(args, str(exc))
             return EXIT_RANK_FAILED
     if not reports:  # a non-zero rank under torchrun: rank 0 reports
         return 0
-    report = reports[0]
+    report = mark_unmeasured(reports[0])
+    if args.trace:
+        report["trace"] = args.trace  # as given: the ranks were handed the absolute path
     report["note"] = note
-    report["model_preset"] = args.model
+    report["model_preset"] = args.model if spec is None else spec.kind
     verdict = verdict_line(report)
     if args.json:
         print_json(report)
@@ -131,6 +145,39 @@ def handle(args) -> int:
     return 0 if report["ok"] else EXIT_MISMATCH
 
 
+def mark_unmeasured(report: dict) -> dict:
+    """torch's runtime does not count activation memory (our engine's tracker does not run
+    inside it): its per-rank figures are unknown, not 0. They become None in the report and
+    print as "not measured"."""
+    if report.get("engine") == "torch":
+        report["peak_activation_bytes"] = [None] * len(report["peak_activation_bytes"])
+        report["memory_measured"] = False
+    else:
+        report["memory_measured"] = True
+    return report
+
+
+def model_for(args, table):
+    """(spec or None, the job's model dict): ``--hf``/``--module``; else, with no model flags,
+    the model the table's instance was profiled from (``meta.model_spec``); else the GPT."""
+    from zbsolve.cli.profile import own_model_spec
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.models import ModelSpec
+
+    spec = own_model_spec(args)
+    carried = (table.instance.get("meta") or {}).get("model_spec")
+    sized = any(getattr(args, k) is not None for k in ("layers", "hidden", "heads", "seq",
+                                                        "vocab", "microbatch_size"))
+    if spec is None and args.model is None and not sized and carried:
+        spec = ModelSpec.from_dict(carried)
+    args.model = args.model or "gpt-tiny"
+    if spec is not None:
+        return spec, spec.to_dict()
+    return None, GPTConfig.preset(
+        args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
+        vocab=args.vocab, microbatch_size=args.microbatch_size, seed=args.seed).to_dict()
+
+
 def verdict_line(report: dict) -> str:
     n = report["checked"]
     what = (f"loss, gradients and parameters over {report['steps']} step(s) ({n} tensors "
@@ -138,8 +185,12 @@ def verdict_line(report: dict) -> str:
     if report["ok"]:
         return (f"PASS: {what}; largest relative difference {report['max_rel_diff']:.3g} "
                 f"<= rtol {report['rtol']:g}")
+    if report.get("nonfinite"):
+        return f"FAIL: {what}; non-finite values (NaN or inf) in {', '.join(report['nonfinite'][:5])}"
     if report["missing"]:
         return f"FAIL: {what}; missing {', '.join(report['missing'][:5])}"
+    if report.get("mismatched"):
+        return f"FAIL: {what}; mismatched {', '.join(report['mismatched'][:5])}"
     return (f"FAIL: {what}; largest relative difference {report['max_rel_diff']:.3g} "
             f"> rtol {report['rtol']:g} at {report['worst']}")
 
@@ -153,9 +204,14 @@ def print_report(r: dict) -> None:
     print(f"{r['schedule']} on {r['ranks']} ranks ({r['backend']}, {r['device']}), "
           f"{r['stages']} stages, m={r['microbatches']}, engine {r['engine']}, {r['steps']} steps "
           f"- {r['note']}")
-    print(f"model {r['model_preset']}: layers {m['layers']}, hidden {m['hidden']}, heads "
-          f"{m['heads']}, seq {m['seq']}, vocab {m['vocab']}, microbatch size "
-          f"{m['microbatch_size']}")
+    if "layers" in m:
+        print(f"model {r['model_preset']}: layers {m['layers']}, hidden {m['hidden']}, heads "
+              f"{m['heads']}, seq {m['seq']}, vocab {m['vocab']}, microbatch size "
+              f"{m['microbatch_size']}")
+    else:
+        print(f"model {r['model_preset']}: {m}; layers per stage {r.get('split')}")
+    for note in r.get("notes", []):
+        print(f"note: {note}")
     print(f"loss per step {[round(x, 6) for x in r['losses']]} (reference "
           f"{[round(x, 6) for x in r['reference_losses']]})")
     t = r["timing"]
@@ -171,11 +227,16 @@ def print_report(r: dict) -> None:
         print("measured/predicted, calibrated: " + "  ".join(
             f"{k} {v:.3g}" for k, v in t["ratio_calibrated"].items()))
         print(f"time waiting for received payloads (all ranks): {t['wait_ms_total']:.3f} ms")
-    peaks = ", ".join(f"{b / 2**20:.3f}" for b in r["peak_activation_bytes"])
-    print(f"peak tracked activation memory per rank (MiB): {peaks}; predicted peaks "
-          f"{r['predicted'].get('peak_memory')} (instance units)")
+    predicted = f"predicted peaks {r['predicted'].get('peak_memory')} (instance units)"
+    if any(b is None for b in r["peak_activation_bytes"]):
+        print(f"peak tracked activation memory per rank: not measured (engine {r['engine']} "
+              f"does not track it); {predicted}")
+    else:
+        peaks = ", ".join(f"{b / 2**20:.3f}" for b in r["peak_activation_bytes"])
+        print(f"peak tracked activation memory per rank (MiB): {peaks}; {predicted}")
     if any(x is not None for x in r["cuda_max_memory_allocated"]):
-        cuda = ", ".join(f"{(x or 0) / 2**20:.1f}" for x in r["cuda_max_memory_allocated"])
+        cuda = ", ".join("not measured" if x is None else f"{x / 2**20:.1f}"
+                         for x in r["cuda_max_memory_allocated"])
         print(f"torch.cuda.max_memory_allocated per rank (MiB): {cuda}")
     if r.get("trace"):
         print(f"trace: {r['trace']} (open in https://ui.perfetto.dev)")

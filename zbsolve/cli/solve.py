@@ -14,11 +14,9 @@ the command returns the same schedule on any machine.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
-from pathlib import Path
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import (
     add_json,
     fmt_list,
@@ -27,28 +25,40 @@ from zbsolve.cli.common import (
     print_json,
     print_schedule_table,
 )
+from zbsolve.instance import memory_unit_label
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("solve", help="optimize a schedule with CP-SAT and compare")
+    parser = sub.add_parser("solve", help="optimize a schedule with CP-SAT and compare",
+                            description="Optimize a schedule with CP-SAT and compare it with "
+                            "every hand-made schedule, all judged by the simulator.")
     instance_arg(parser)
-    parser.add_argument("-o", "--output", help="where to write the schedule JSON")
-    parser.add_argument("--time-limit", type=float, default=60.0,
-                        help="seconds for the whole command, wall clock (60); with "
+    parser.add_argument("-o", "--output",
+                        help="where to write the schedule JSON (default: not written)")
+    parser.add_argument("--time-limit", type=types.seconds, default=60.0, metavar="SECONDS",
+                        help="seconds for the whole command, wall clock (default: 60); with "
                              "--deterministic, CP-SAT deterministic seconds")
     parser.add_argument("--deterministic", action="store_true",
                         help="measure the limit in CP-SAT's deterministic time and cut nothing "
                              "by the clock: the same command gives the same schedule anywhere")
     parser.add_argument("--no-memory-tiebreak", action="store_true",
                         help="skip the second phase that keeps the step time and minimizes memory")
-    parser.add_argument("--gap", type=float, default=0.0, help="stop at this relative gap (0)")
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (2)")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (0)")
+    parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
+                        help="stop at this relative gap to the lower bound (default: 0, prove optimal)")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                         help="makespan, or span = longest per-device span (the ZB papers')")
-    parser.add_argument("--method", choices=("auto", "exact", "large"), default="auto")
+    parser.add_argument("--method", choices=("auto", "exact", "large"), default="auto",
+                        help="exact: one CP-SAT model; large: window search for big instances "
+                             "(docs/scale.md); auto: by size")
     parser.add_argument("--memory-model", choices=("cumulative", "reservoir"),
-                        default="cumulative")
+                        default="cumulative",
+                        help="how CP-SAT states the memory limit (same schedules; docs/solver.md)")
+    parser.add_argument("--memory-margin", type=types.margin_fraction, default=0.0,
+                        metavar="FRACTION",
+                        help="keep this share of every device's memory limit free: solve with "
+                             "limit * (1 - FRACTION) (default: 0)")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="do not impose microbatch order per (kind, stage)")
     parser.add_argument("--progress", action="store_true",
@@ -77,51 +87,17 @@ def write_reserve(n_ops: int, output: str | None) -> float:
     return WRITE_FIXED + (WRITE_PER_OP * n_ops if output else 0.0)
 
 
-def check_output(output: str | None, instance: str) -> None:
-    """Refuse an output that cannot be written before any work is done."""
-    if output is None:
-        return
-    path = Path(output)
-    if path.is_dir():
-        raise ValueError(f"-o/--output: {output} is a directory; give a file name, e.g. "
-                         f"{path / 'schedule.json'}")
-    if path.exists() and path.resolve() == Path(instance).resolve():
-        raise ValueError(f"-o/--output: {output} is the instance file itself; choose another name")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"-o/--output: {parent} is a file, not a folder")
-            if not os.access(parent, os.W_OK):
-                raise ValueError(f"-o/--output: cannot write in {parent}")
-            break
-
-
-def write_atomic(sched, output: str) -> None:
-    """Write beside the target, then rename: a failed write never leaves a cut file."""
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            import json
-
-            json.dump(sched.to_dict(), fh, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def handle(args) -> int:
     from zbsolve.graph import TaskGraph
+    from zbsolve.io import check_output
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
 
     t0 = time.perf_counter()
-    if not args.time_limit >= 0:
-        raise ValueError(f"--time-limit: expected seconds >= 0, got {args.time_limit}")
-    check_output(args.output, args.instance)
-    inst = load(args.instance)
+    if args.output:  # found now, not after the solve
+        check_output(args.output, inputs=[args.instance], suffixes=(".json",))
+    given = load(args.instance)
+    inst = given.with_memory_margin(args.memory_margin) if args.memory_margin else given
     limit = args.time_limit
     if not args.deterministic:  # the solve gets what loading and writing leave of the budget
         spent = time.perf_counter() - t0
@@ -134,12 +110,15 @@ def handle(args) -> int:
     )
     result = solve(inst, options)
     sched = result.schedule
+    margin = margin_meta(given, inst, args.memory_margin)
+    if margin:
+        sched.meta["memory_margin"] = margin
     if args.output:
         # solve() returns the simulator's verdict on exactly these orders (result.sim): the
         # check before writing, without a second pass that would cost the budget
         if not result.sim.feasible or result.sim.start != sched.starts:
             validate(inst, sched)
-        write_atomic(sched, args.output)
+        sched.dump(args.output)  # atomic: a full disk leaves the old file, not a cut one
     wall = time.perf_counter() - t0
     table = comparison(result)
     meta = sched.meta
@@ -152,16 +131,28 @@ def handle(args) -> int:
                     "time_limit": args.time_limit, "deterministic": args.deterministic,
                     "baseline": result.baseline,
                     "baseline_value": result.baseline_value, "source": meta["source"],
+                    "memory_unit": inst.memory_unit, "memory_margin": margin or None,
                     "schedules": table})
         return 0
-    _print_table(inst, result, table, args.output)
+    _print_table(inst, result, table, args.output, margin)
     return 0
 
 
-def _print_table(inst, result, table: list[dict], output: str | None) -> None:
+def margin_meta(given, solved, margin: float) -> dict:
+    """What ``--memory-margin`` did, for the schedule's meta and the JSON answer ({} if 0)."""
+    if not margin:
+        return {}
+    return {"fraction": margin, "limit_given": list(given.limit),
+            "limit_solved": list(solved.limit)}
+
+
+def _print_table(inst, result, table: list[dict], output: str | None, margin: dict) -> None:
     obj = result.schedule.meta["objective"]
+    unit = f" {memory_unit_label(inst)}" if memory_unit_label(inst) else ""
+    kept = (f" (memory margin {margin['fraction']:g}: given {fmt_list(margin['limit_given'])})"
+            if margin else "")
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
-          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}")
+          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}")
     base = "none fits the memory limit"
     if result.baseline:
         hand = result.schedule.meta["baseline"]["figures"]["peak_memory"]
@@ -171,6 +162,6 @@ def _print_table(inst, result, table: list[dict], output: str | None) -> None:
           f"{result.lower_bound:.6g} (analytic {result.analytic_bound:.6g}, cp-sat "
           f"{'-' if result.cpsat_bound is None else f'{result.cpsat_bound:.6g}'}), gap "
           f"{100 * result.gap:.3f}%, {result.solve_time:.2f}s; best hand-made: {base}")
-    print_schedule_table(table)
+    print_schedule_table(table, memory_unit_label(inst))
     if output:
         print(f"schedule written to {output}")

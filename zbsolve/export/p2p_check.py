@@ -95,6 +95,7 @@ def _where(rank: int, pos: int, a: Action) -> str:
 def static_errors(table: ExecutorTable) -> list[str]:
     """Structural problems of a table, root causes first (an empty list when there are none)."""
     errors: list[str] = []
+    batch_errors: list[str] = []  # a consequence, never a cause: reported after the rest
     place = table.placement
     S, p, m = table.stages, table.ranks, table.microbatches
     if any(not 0 <= d < p for d in place):
@@ -112,23 +113,26 @@ def static_errors(table: ExecutorTable) -> list[str]:
                 errors.append(f"{_where(r, i, a)}: stage {a.stage} lives on rank {place[a.stage]}")
             if a.end < a.start:
                 errors.append(f"{_where(r, i, a)}: end {a.end} before start {a.start}")
-            key = (a.kind, a.stage, a.mb, a.seg)
-            if key in pos_of:
-                errors.append(f"{_where(r, i, a)}: duplicate of rank {pos_of[key][0]} "
-                              f"position {pos_of[key][1]}")
-            pos_of[key] = (r, i)
+            keys = ([(a.kind, a.stage, a.mb, a.seg)] if a.is_comm
+                    else [(op.kind, op.stage, op.mb, op.seg) for op in a.ops])
+            for key in keys:
+                if key in pos_of:
+                    errors.append(f"{_where(r, i, a)}: duplicate of rank {pos_of[key][0]} "
+                                  f"position {pos_of[key][1]}")
+                pos_of[key] = (r, i)
             if a.is_comm:
                 if not prev_comm:
                     batch += 1
                 if a.batch != batch:
-                    errors.append(f"{_where(r, i, a)}: batch {a.batch}, expected {batch} "
-                                  "(one batch per run of consecutive communication actions)")
+                    batch_errors.append(
+                        f"{_where(r, i, a)}: batch {a.batch}, expected {batch} (one batch per "
+                        "run of consecutive communication actions)")
             prev_comm = a.is_comm
     if errors:
-        return errors
+        return errors + batch_errors
     graph = _graph_of(table)
     if isinstance(graph, str):
-        return [graph]
+        return [graph] + batch_errors
 
     def at(op: Op) -> tuple[int, int] | None:
         return pos_of.get((op.kind, op.stage, op.mb, op.seg))
@@ -178,7 +182,7 @@ def static_errors(table: ExecutorTable) -> list[str]:
         if (a.peer, a.peer_stage) != (peer, peer_stage):
             errors.append(f"{_where(r, i, a)}: peer should be stage {peer_stage} on rank {peer}, "
                           f"table says stage {a.peer_stage} on rank {a.peer}")
-    return errors
+    return errors + batch_errors
 
 
 def _graph_of(table: ExecutorTable) -> TaskGraph | str:
@@ -193,7 +197,7 @@ def _graph_of(table: ExecutorTable) -> TaskGraph | str:
     if list(inst.placement) != list(table.placement):
         return (f"placement {table.placement} differs from its embedded instance's "
                 f"{list(inst.placement)}")
-    return TaskGraph.of(inst, (a.op for row in table.actions for a in row if not a.is_comm))
+    return TaskGraph.of(inst, (op for row in table.actions for a in row for op in a.ops))
 
 
 # ---------------------------------------------------------------------------- matching

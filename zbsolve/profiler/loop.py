@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance, load_instance
+from zbsolve.io import atomic_open, atomic_write_text
 from zbsolve.profiler.units import MIB
 from zbsolve.profiler.writer import instance_dict
 
@@ -194,7 +195,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         inst.dump(out / f"instance-{layout.name}.yaml")
         planned += plan(inst, layout, opts)
     for p in planned:
-        (out / "tables" / f"{p.layout}-{p.schedule}.json").write_text(json.dumps(p.table))
+        atomic_write_text(out / "tables" / f"{p.layout}-{p.schedule}.json", json.dumps(p.table))
     jobs = [Job(p.table, cfg.to_dict(), label=p.label) for _ in range(opts.runs) for p in planned]
     backend = "nccl" if opts.device.startswith("cuda") and torch.cuda.device_count() >= \
         opts.devices else "gloo"
@@ -205,6 +206,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
     for rep in reports:
         by_label[rep["label"]].reports.append(rep)
     rows = [row_of(p) for p in planned]
+    pairs = pair_rows(planned)
     work = {name: inst.total_work / inst.m for name, inst in instances.items()}
     first = work[LAYOUTS[0].name]
     summary = {
@@ -230,6 +232,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
                         "weight": list(inst.weight)}
                      for name, inst in instances.items()},
         "rows": rows,
+        "pairs": pairs,
     }
     write_outputs(out, summary)
     return summary
@@ -264,6 +267,63 @@ def row_of(p: Planned) -> dict[str, Any]:
         "max_rel_diff": max((r["max_rel_diff"] for r in p.reports), default=float("nan")),
         "note": p.note,
     }
+
+
+MIN_RUNS_FOR_SPREAD = 3
+
+
+def _step_times(p: Planned) -> list[float]:
+    return [r["timing"]["step_ms"] for r in p.reports if "timing" in r]
+
+
+def pair_rows(planned: list[Planned]) -> list[dict[str, Any]]:
+    """For each pair (a, b): predicted and measured difference, and whether the gain holds.
+
+    ``diff = (a - b) / b`` (negative: a is faster), predicted from the simulator, measured run
+    by run (run i of a against run i of b: the runs are interleaved, so both saw the same
+    machine) as the median with its min..max. ``gain`` is the same comparison seen from the
+    schedule predicted faster: (slower - faster) / faster, so a confirmed gain is positive. A
+    predicted gain is *confirmed* when every run shows it, *not confirmed* when every run shows
+    the opposite or the runs straddle zero; with fewer than ``MIN_RUNS_FOR_SPREAD`` runs it is
+    not judged.
+    """
+    out = []
+    for i, a in enumerate(planned):
+        for b in planned[i + 1:]:
+            ta, tb = _step_times(a), _step_times(b)
+            n = min(len(ta), len(tb))
+            if not n or not b.predicted_ms or not a.predicted_ms:
+                continue
+            pred = (a.predicted_ms - b.predicted_ms) / b.predicted_ms
+            diffs = sorted((ta[k] - tb[k]) / tb[k] for k in range(n))
+            a_fast = pred < 0
+            fast, slow = (a, b) if a_fast else (b, a)
+            t_fast, t_slow = (ta, tb) if a_fast else (tb, ta)
+            gains = sorted((t_slow[k] - t_fast[k]) / t_fast[k] for k in range(n))
+            pred_gain = (slow.predicted_ms - fast.predicted_ms) / fast.predicted_ms
+            if abs(pred) < 1e-9:
+                verdict = "tie predicted"
+            elif n < MIN_RUNS_FOR_SPREAD:
+                verdict = f"not judged ({n} run(s); need {MIN_RUNS_FOR_SPREAD})"
+            elif all(g > 0 for g in gains):
+                verdict = "confirmed"
+            elif all(g < 0 for g in gains):
+                verdict = "NOT confirmed: measured the other way in every run"
+            else:
+                verdict = "NOT confirmed: within run-to-run spread"
+            out.append({
+                "a": a.label, "b": b.label,
+                "predicted_diff": pred,
+                "measured_diff": statistics.median(diffs),
+                "measured_min": diffs[0], "measured_max": diffs[-1],
+                "runs": n,
+                "faster_predicted": fast.label if abs(pred) >= 1e-9 else "",
+                "predicted_gain": pred_gain if abs(pred) >= 1e-9 else 0.0,
+                "measured_gain": statistics.median(gains),
+                "measured_gain_min": gains[0], "measured_gain_max": gains[-1],
+                "verdict": verdict,
+            })
+    return out
 
 
 def _fmt(v: Any) -> str:
@@ -303,6 +363,19 @@ def markdown(summary: dict[str, Any]) -> str:
         "| " + " | ".join("---" for _ in cols) + " |",
     ]
     lines += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
+    pairs = summary.get("pairs") or []
+    if pairs:
+        lines += ["", "Pairs: diff = (a - b) / b, negative = a faster; measured run by run "
+                  "(median, min..max over runs). A predicted gain is confirmed only when every "
+                  "run shows it.", "",
+                  "| a | b | predicted (a-b)/b | measured (a-b)/b | spread | runs | predicted "
+                  "faster | its gain: predicted | measured (spread) | verdict |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {q['a']} | {q['b']} | {q['predicted_diff']:+.1%} | "
+                  f"{q['measured_diff']:+.1%} | {q['measured_min']:+.1%}..{q['measured_max']:+.1%}"
+                  f" | {q['runs']} | {q['faster_predicted'] or '-'} | {q['predicted_gain']:+.1%}"
+                  f" | {q['measured_gain']:+.1%} ({q['measured_gain_min']:+.1%}.."
+                  f"{q['measured_gain_max']:+.1%}) | {q['verdict']} |" for q in pairs]
     ratio = ", ".join(f"{k} {v:.3f}" for k, v in summary["work_ratio_to_first_layout"].items())
     lines += ["", f"Profile consistency: F+I+W of the whole model per microbatch, relative to "
               f"the first layout: {ratio} (the same model cut two ways; far from 1 = the "
@@ -317,9 +390,9 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def write_outputs(out: Path, summary: dict[str, Any]) -> None:
     rows = summary["rows"]
-    with open(out / "loop.csv", "w", newline="") as fh:
+    with atomic_open(out / "loop.csv", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "loop.md").write_text(markdown(summary))
-    (out / "loop.json").write_text(json.dumps(summary, indent=1, default=str))
+    atomic_write_text(out / "loop.md", markdown(summary))
+    atomic_write_text(out / "loop.json", json.dumps(summary, indent=1, default=str))

@@ -1,4 +1,7 @@
-"""Per-rank executor: run an executor table's action list on the GPT stages of this rank.
+"""Per-rank executor: run an executor table's action list on the model stages of this rank.
+
+The model is the runner's GPT or any layered model (a Hugging Face causal LM, a user's module
+list): :mod:`zbsolve.runtime.workload` hides which.
 
 The rank runs its list in order and nothing else decides anything: F keeps what backward needs;
 I computes the input gradient only and keeps what W needs; W accumulates the weight gradients
@@ -20,16 +23,9 @@ import torch
 import torch.distributed as dist
 
 from zbsolve.export.executor import Action, ExecutorTable
-from zbsolve.runtime.iw_split import MemoryTracker, StageRunner
+from zbsolve.runtime.iw_split import MemoryTracker
 from zbsolve.runtime.measure import Clock, Timing, chrome_trace, summarize
-from zbsolve.runtime.model import (
-    GPTConfig,
-    build_stage_modules,
-    layer_split,
-    lm_loss,
-    make_batch,
-    microbatch,
-)
+from zbsolve.runtime.model import GPTConfig, layer_split
 from zbsolve.runtime.p2p import P2P
 from zbsolve.runtime.reference import (
     DEFAULT_LR,
@@ -37,8 +33,8 @@ from zbsolve.runtime.reference import (
     StepRecord,
     compare,
     make_optimizer,
-    run_reference,
 )
+from zbsolve.runtime.workload import Workload, is_layered, workload_for
 
 ENGINES = ("ours", "torch")
 _DEBUG = bool(os.environ.get("ZBSOLVE_RUN_DEBUG"))
@@ -61,6 +57,7 @@ class RunOptions:
     timeout_s: float = 60.0
     rtol: float = 1e-5
     threads: int = 1  # torch intra-op threads per rank on CPU
+    allow_over_memory: bool = False  # run a table over its instance's memory limit
     fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
     hang_at: tuple[int, int] | None = None  # (rank, action index): stall there (tests)
 
@@ -70,7 +67,7 @@ class Job:
     """One table to run in an already started process group."""
 
     table: dict[str, Any]
-    model: dict[str, int]  # GPTConfig fields
+    model: dict[str, Any]  # GPTConfig fields, or a ModelSpec dict (with "kind")
     engine: str = "ours"
     torch_csv: str | None = None  # engine torch: path of the compute-only torch CSV
     trace: str | None = None  # write the Perfetto trace here (rank 0)
@@ -85,39 +82,100 @@ class RankContext:
     opts: RunOptions
 
 
-def check_table(table: ExecutorTable, world: int, cfg: GPTConfig) -> None:
-    """Refuse, before anything runs, a table that cannot run on this launch and model."""
+def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any],
+                engine: str = "ours", *, allow_over_memory: bool = False) -> None:
+    """Refuse, before anything runs, a table that cannot run on this launch, model and engine.
+
+    First what the table gets wrong by itself (``zbsolve.export.judge.judge_table``): its
+    embedded instance, layout and fused-backward flag, its compute order (the simulator), its
+    own SEND/RECV actions (``p2p_check``, blocking and batched) and its instance's memory limit
+    (unless ``allow_over_memory``); then what does not fit this launch: the world size, a
+    model with fewer layers than the table has stages, segments on torch's engine or a model
+    without segment support.
+    """
+    from zbsolve.export.judge import judge_table
+
+    verdict = judge_table(table, allow_over_memory=allow_over_memory)
+    if not verdict.ok:
+        hint = ""
+        if verdict.problems[0].startswith("memory:"):
+            hint = " (run it anyway with --allow-over-memory)"
+        raise TableMismatch(
+            f"table {table.schedule_name!r} cannot run: {verdict.summary_line()}{hint}")
     if table.ranks != world:
         raise TableMismatch(
             f"table {table.schedule_name!r} is for {table.ranks} ranks but the launch has world "
             f"size {world}: use --nproc {table.ranks} (or torchrun --nproc-per-node/--nnodes "
             f"giving {table.ranks} ranks), or export the schedule for {world} devices"
         )
-    if len(table.placement) != table.stages or table.stages < 1:
-        raise TableMismatch("table placement: expected one rank per logical stage")
-    outside = sorted({r for r in table.placement if not 0 <= r < world})
-    if outside:
-        raise TableMismatch(f"table placement names rank(s) {outside} outside 0..{world - 1}")
-    empty = sorted(set(range(world)) - set(table.placement))
-    if empty:
-        raise TableMismatch(f"table placement leaves rank(s) {empty} without a stage")
+    # (a placement naming a rank outside 0..world-1 or leaving one without a stage is refused
+    # above: the embedded instance must load, and its placement must be the table's)
+    if int(table.instance.get("segments", 1)) > 1:
+        if engine == "torch":
+            raise TableMismatch("engine torch: torch's pipelining runtime has no sequence "
+                                "segments; run segmented tables with --engine ours")
+        _check_segmented(table, cfg)
+    if isinstance(cfg, dict):
+        if not is_layered(cfg):
+            cfg = GPTConfig(**cfg)
+        else:
+            try:  # builds the model once: the split must fit its layers
+                workload_for(cfg, table.stages, table.instance)
+            except ValueError as exc:
+                raise TableMismatch(str(exc)) from None
+            return
     try:
         layer_split(cfg.layers, table.stages)
     except ValueError as exc:
         raise TableMismatch(str(exc)) from None
 
 
+def _check_segmented(table: ExecutorTable, cfg: GPTConfig | dict[str, Any]) -> None:
+    from zbsolve.export.executor import instance_of
+    from zbsolve.runtime.segmented import check_segments
+
+    kind = cfg.get("kind", "gpt") if isinstance(cfg, dict) else "gpt"
+    seq = (cfg.seq if isinstance(cfg, GPTConfig) else cfg.get("seq")) if kind == "gpt" else None
+    try:
+        check_segments(str(kind), instance_of(table).segment_lengths,
+                       int(seq) if seq is not None else GPTConfig().seq)
+    except ValueError as exc:
+        raise TableMismatch(f"table {table.schedule_name!r}: {exc}") from None
+
+
+def table_segments(table: ExecutorTable, work: Workload) -> tuple[int, ...] | None:
+    """Token lengths of the table's sequence segments (None: whole microbatches); ValueError
+    when the model cannot run segments (:mod:`zbsolve.runtime.segmented`)."""
+    k = int(table.instance.get("segments", 1))
+    if k == 1:
+        return None
+    from zbsolve.export.executor import instance_of
+    from zbsolve.runtime.segmented import check_segments
+
+    seq = work.boundary[1] if work.label == "gpt" else None
+    return check_segments(work.label, instance_of(table).segment_lengths, seq)
+
+
 # ---------------------------------------------------------------------- our engine
 @dataclass
 class _RankState:
-    runners: dict[int, StageRunner]
+    runners: dict[int, Any]  # StageRunner, GraphStageRunner or SegmentedStageRunner
     p2p: P2P
-    local_fwd: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-    local_bwd: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-    to_send: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
+    segmented: bool = False  # the table runs (microbatch, segment) units
+    local_fwd: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
+    local_bwd: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
+    to_send: dict[tuple[str, int, int, int], torch.Tensor] = field(default_factory=dict)
 
 
-def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTConfig,
+def _piece(work: Workload, runner: Any, t: torch.Tensor, mb: int, seg: int,
+           segmented: bool) -> torch.Tensor:
+    """Microbatch ``mb``'s rows of a step's tokens or targets (only segment ``seg``'s columns
+    when the table runs segments)."""
+    t = work.microbatch(t, mb)
+    return runner.segment(t, seg) if segmented else t
+
+
+def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Workload,
               tokens: torch.Tensor, targets: torch.Tensor, step: int,
               clock: Clock) -> list[Timing]:
     actions = table.actions[ctx.rank]
@@ -138,8 +196,9 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTCo
             t0 = clock.mark()
             batch = []
             for b in actions[i:j]:
-                payload = st.to_send.pop((b.kind[-1], b.stage, b.mb), None) if b.is_send else None
-                batch.append((b.kind, b.stage, b.mb, b.peer, payload))
+                payload = (st.to_send.pop((b.kind[-1], b.stage, b.mb, b.seg), None)
+                           if b.is_send else None)
+                batch.append((b.kind, b.stage, b.mb, b.seg, b.peer, payload))
             st.p2p.post(batch)
             t1 = clock.mark()
             for k in range(i, j):
@@ -150,48 +209,50 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTCo
         runner = st.runners.get(a.stage)
         if runner is None:
             raise RuntimeError(f"rank {ctx.rank}: action {a.token} is for a stage not on this rank")
-        s, mb = a.stage, a.mb
+        s, mb, g = a.stage, a.mb, a.seg
+        unit = {"seg": g} if st.segmented else {}  # whole-microbatch runners take no segment
         if a.kind == "F":
             if runner.is_first:
-                x = microbatch(tokens, cfg, mb).to(ctx.device)
-            elif (s, mb) in st.local_fwd:
-                x = st.local_fwd.pop((s, mb))
+                x = _piece(work, runner, tokens, mb, g, st.segmented).to(ctx.device)
+            elif (s, mb, g) in st.local_fwd:
+                x = st.local_fwd.pop((s, mb, g))
             else:
                 w0 = clock.mark()
-                x = st.p2p.take("F", s, mb)
+                x = st.p2p.take("F", s, mb, g)
                 stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
             t0 = clock.mark()
-            tgt = microbatch(targets, cfg, mb).to(ctx.device) if runner.is_last else None
-            out = runner.forward(mb, x, tgt)
+            tgt = (_piece(work, runner, targets, mb, g, st.segmented).to(ctx.device)
+                   if runner.is_last else None)
+            out = runner.forward(mb, x, tgt, **unit)
             t1 = clock.mark()
             if not runner.is_last:
                 if s + 1 in st.runners:
-                    st.local_fwd[(s + 1, mb)] = out
+                    st.local_fwd[(s + 1, mb, g)] = out
                 else:
-                    st.to_send[("F", s, mb)] = out
+                    st.to_send[("F", s, mb, g)] = out
         elif a.kind in ("I", "B"):
             grad = None
             if not runner.is_last:
-                if (s, mb) in st.local_bwd:
-                    grad = st.local_bwd.pop((s, mb))
+                if (s, mb, g) in st.local_bwd:
+                    grad = st.local_bwd.pop((s, mb, g))
                 else:
                     w0 = clock.mark()
-                    grad = st.p2p.take("B", s, mb)
+                    grad = st.p2p.take("B", s, mb, g)
                     stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
             t0 = clock.mark()
             if a.kind == "I":
-                grad_in = runner.backward_input(mb, grad)
+                grad_in = runner.backward_input(mb, grad, **unit)
             else:
-                grad_in = runner.backward(mb, grad)
+                grad_in = runner.backward(mb, grad, **unit)
             t1 = clock.mark()
             if not runner.is_first:
                 if s - 1 in st.runners:
-                    st.local_bwd[(s - 1, mb)] = grad_in
+                    st.local_bwd[(s - 1, mb, g)] = grad_in
                 else:
-                    st.to_send[("B", s, mb)] = grad_in
+                    st.to_send[("B", s, mb, g)] = grad_in
         elif a.kind == "W":
             t0 = clock.mark()
-            runner.backward_weight(mb)
+            runner.backward_weight(mb, **unit)
             t1 = clock.mark()
         else:
             raise RuntimeError(f"rank {ctx.rank}: unknown action kind {a.kind!r}")
@@ -210,26 +271,38 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, cfg: GPTCo
     return out
 
 
-def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
+def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
     """Run the table for ``opts.steps`` optimizer steps; returns this rank's records."""
     S, m = table.stages, table.microbatches
     mine = [s for s, r in enumerate(table.placement) if r == ctx.rank]
-    modules = build_stage_modules(cfg, S)
+    modules = work.stages
     memory = MemoryTracker()
-    runners = {
-        s: StageRunner(modules[s].to(ctx.device), s, S, lm_loss, 1.0 / m, memory) for s in mine
-    }
-    params = {n: p for s in mine for n, p in modules[s].global_names().items()}
+    lengths = table_segments(table, work)
+    if lengths is None:
+        runners = {
+            s: work.make_runner(modules[s].to(ctx.device), s, S, work.loss_fn, 1.0 / m, memory)
+            for s in mine
+        }
+        shapes: tuple[tuple[int, ...], ...] = ()
+    else:
+        from zbsolve.runtime.segmented import SegmentedStageRunner
+
+        runners = {s: SegmentedStageRunner(modules[s].to(ctx.device), s, S, work.loss_fn,
+                                           1.0 / m, memory, lengths) for s in mine}
+        b, _, h = work.boundary
+        shapes = tuple((b, n, h) for n in lengths)
+    params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
     opt = make_optimizer(list(params.values()), ctx.opts.lr)
-    p2p = P2P(ctx.device, (cfg.microbatch_size, cfg.seq, cfg.hidden), ctx.opts.timeout_s,
-              stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda")
-    state = _RankState(runners, p2p)
+    p2p = P2P(ctx.device, work.boundary, ctx.opts.timeout_s,
+              stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda",
+              segment_shapes=shapes)
+    state = _RankState(runners, p2p, segmented=lengths is not None)
     clock = Clock(ctx.device)
     timings: list[Timing] = []
     steps: list[dict[str, Any]] = []
     cuda_peaks: list[int] = []
     for step in range(ctx.opts.steps):
-        tokens, targets = make_batch(cfg, m, step)
+        tokens, targets = work.batch(m, step)
         opt.zero_grad(set_to_none=True)
         for r in runners.values():
             r.losses.clear()
@@ -239,7 +312,7 @@ def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
             torch.cuda.reset_peak_memory_stats(ctx.device)
         dist.barrier()
         clock.begin()
-        timings += _run_step(ctx, table, state, cfg, tokens, targets, step, clock)
+        timings += _run_step(ctx, table, state, work, tokens, targets, step, clock)
         if ctx.device.type == "cuda":
             cuda_peaks.append(int(torch.cuda.max_memory_allocated(ctx.device)))
         losses = runners[S - 1].losses if S - 1 in runners else {}
@@ -251,7 +324,9 @@ def run_ours(ctx: RankContext, table: ExecutorTable, cfg: GPTConfig):
         })
         opt.step()
     final = {n: p.detach().cpu().clone() for n, p in params.items()}
-    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks}
+    notes = sorted({n for r in runners.values() for n in getattr(r, "notes", ())})
+    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks,
+            "notes": notes}
 
 
 # ---------------------------------------------------------------------- gathering on rank 0
@@ -274,26 +349,27 @@ def _merge(gathered: list[dict[str, Any]], n_steps: int, m: int):
 _REFERENCE_CACHE: dict[tuple, Any] = {}
 
 
-def _reference(cfg: GPTConfig, m: int, opts: RunOptions, device: torch.device):
-    key = (cfg, m, opts.steps, opts.lr, str(device))
+def _reference(work: Workload, m: int, opts: RunOptions, device: torch.device):
+    key = (work.key, m, opts.steps, opts.lr, str(device))
     if key not in _REFERENCE_CACHE:
-        _REFERENCE_CACHE[key] = run_reference(cfg, m, opts.steps, opts.lr, device)
+        _REFERENCE_CACHE[key] = work.reference(m, opts.steps, opts.lr, device)
     return _REFERENCE_CACHE[key]
 
 
 def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the report, the others None."""
     table = ExecutorTable.from_dict(job.table)
-    cfg = GPTConfig(**job.model)
-    check_table(table, ctx.world, cfg)
+    check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model),
+                job.engine, allow_over_memory=ctx.opts.allow_over_memory)
+    work = workload_for(job.model, table.stages, table.instance)
     if job.engine == "ours":
-        mine = run_ours(ctx, table, cfg)
+        mine = run_ours(ctx, table, work)
     elif job.engine == "torch":
         from zbsolve.runtime.torch_engine import run_torch
 
         if job.torch_csv is None:
             raise ValueError("engine torch needs the torch CSV path (Job.torch_csv)")
-        mine = run_torch(ctx, table, cfg, job.torch_csv)
+        mine = run_torch(ctx, table, work, job.torch_csv)
     else:
         raise ValueError(f"engine: expected one of {ENGINES}, got {job.engine!r}")
     timings = mine.pop("timings")
@@ -305,7 +381,7 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         return None
     assert gathered is not None and all_timings is not None
     records, params = _merge(gathered, ctx.opts.steps, table.microbatches)
-    ref = _reference(cfg, table.microbatches, ctx.opts, ctx.device)
+    ref = _reference(work, table.microbatches, ctx.opts, ctx.device)
     cmp: Comparison = compare(records, params, ref)
     flat = [Timing(**d) for per_rank in all_timings for d in per_rank]
     last = ctx.opts.steps - 1
@@ -320,7 +396,9 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "stages": table.stages,
         "microbatches": table.microbatches,
         "fused_bw": table.fused_bw,
-        "model": cfg.to_dict(),
+        "model": work.summary,
+        "split": work.split,
+        "notes": sorted({n for g in gathered for n in g.get("notes", [])}),
         "steps": ctx.opts.steps,
         "losses": [r.loss for r in records],
         "reference_losses": [r.loss for r in ref.steps],
@@ -328,6 +406,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "worst": cmp.worst,
         "checked": cmp.checked,
         "missing": cmp.missing,
+        "nonfinite": cmp.nonfinite,
+        "mismatched": cmp.mismatched,
         "rtol": ctx.opts.rtol,
         "ok": cmp.ok(ctx.opts.rtol),
         "peak_activation_bytes": [g["steps"][last]["peak_bytes"] for g in gathered],
@@ -344,9 +424,10 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         if job.trace:
             import json
 
+            from zbsolve.io import atomic_write_text
+
             trace = chrome_trace(flat, last, report["timing"]["unit_ms"],
                                  report["peak_activation_bytes"])
-            with open(job.trace, "w") as fh:
-                json.dump(trace, fh)
+            atomic_write_text(job.trace, json.dumps(trace))
             report["trace"] = job.trace
     return report

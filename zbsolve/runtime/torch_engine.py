@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 
 from zbsolve.export.executor import ExecutorTable
-from zbsolve.runtime.model import GPTConfig, build_stage_modules, lm_loss, make_batch
 from zbsolve.runtime.reference import make_optimizer
+from zbsolve.runtime.workload import Workload
 
 
 def write_csv_for(table: ExecutorTable, path: str) -> list[list[str]]:
@@ -33,15 +33,15 @@ def write_csv_for(table: ExecutorTable, path: str) -> list[list[str]]:
     return write_torch_csv(instance_of(table), schedule_from_table(table), path)
 
 
-def run_torch(ctx, table: ExecutorTable, cfg: GPTConfig, csv_path: str) -> dict[str, Any]:
+def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str) -> dict[str, Any]:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
     S, m = table.stages, table.microbatches
     mine = [s for s, r in enumerate(table.placement) if r == ctx.rank]
-    modules = build_stage_modules(cfg, S)
+    modules = work.stages
     stages = [PipelineStage(modules[s].to(ctx.device), s, S, ctx.device) for s in mine]
-    schedule = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=lm_loss,
+    schedule = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=work.loss_fn,
                                         scale_grads=True)
     schedule._load_csv(csv_path)
     inferred = [schedule.stage_index_to_group_rank[s] for s in range(S)]
@@ -49,11 +49,11 @@ def run_torch(ctx, table: ExecutorTable, cfg: GPTConfig, csv_path: str) -> dict[
         raise RuntimeError(
             f"torch inferred placement {inferred} from the CSV, the table has {table.placement}"
         )
-    params = {n: p for s in mine for n, p in modules[s].global_names().items()}
+    params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
     opt = make_optimizer(list(params.values()), ctx.opts.lr)
     steps, cuda_peaks, timings = [], [], []
     for step in range(ctx.opts.steps):
-        tokens, targets = make_batch(cfg, m, step)
+        tokens, targets = work.batch(m, step)
         opt.zero_grad(set_to_none=True)
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)

@@ -30,7 +30,7 @@ from typing import Any
 
 from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Op
+from zbsolve.ops import Kind, Op, Pair
 from zbsolve.schedule import Schedule, split_backward
 from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
 from zbsolve.solver.bounds import (
@@ -46,13 +46,14 @@ from zbsolve.solver.model import (
     OBJECTIVES,
     TimeScale,
     build_model,
+    microbatch_relabelling,
     scaled_instance,
-    sorted_by_microbatch,
 )
 from zbsolve.solver.progress import Progress, rel_gap
 from zbsolve.solver.ranking import memory_key, rank_key
 
 METHODS = ("auto", "exact", "large")
+PAIRED_CANDIDATES, PAIRING_SECONDS = 2, 1.0  # overlap instances: candidates given F&B pairs
 EXACT_MAX_OPS = 2500  # auto: above this many ops the monolithic model stalls on 2 cores
 TOL = 1e-9
 BOUND_SHARE = 0.2  # of the budget, at most, for the analytic bound (else the quick bound)
@@ -217,6 +218,25 @@ def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines
     if not best.all or TaskGraph(inst).count() <= EXACT_MAX_OPS:
         serial = serial_schedule(inst)
         best.offer(_Candidate(serial.name, serial, simulate(inst, serial)), "serial")
+    if inst.overlap is not None:
+        _paired(inst, budget, until, best)
+
+
+def _paired(inst: Instance, budget: Budget, until: float, best: _Best) -> None:
+    """Overlap instances: the best few candidates without pairs, given overlapped F&B pairs
+    where the simulator says they help (``pairing.pair_up``). Each gets PAIRING_SECONDS, cut
+    to what is left of the phase; in deterministic mode nothing is cut by the clock, so each
+    runs to its fixpoint (no pair left that helps)."""
+    from zbsolve.solver.pairing import pair_up
+
+    for c in [c for c in best.ranked() if not c.schedule.has_pairs][:PAIRED_CANDIDATES]:
+        seconds = math.inf if budget.deterministic else min(PAIRING_SECONDS,
+                                                            until - budget.elapsed())
+        if seconds <= 0:
+            return
+        sched, sim = pair_up(inst, c.schedule, time_limit=seconds)
+        if sched.has_pairs and sim.feasible:
+            best.offer(_Candidate(sched.name, sched, sim), "paired")
 
 
 def _bound(inst: Instance, objective: str, budget: Budget, info: dict[str, Any]) -> float:
@@ -226,7 +246,8 @@ def _bound(inst: Instance, objective: str, budget: Budget, info: dict[str, Any])
             return analytic_bound(inst, objective)
     except OutOfTime:
         info["bound"] = "work only (the analytic bound did not fit its share of the time limit)"
-        return max(inst.device_work(d) for d in range(inst.devices))
+        graph = TaskGraph(inst)  # least work: an op may run shorter inside an overlapped pair
+        return max(graph.device_min_work(d) for d in range(inst.devices))
 
 
 def solve(inst: Instance, options: SolveOptions | None = None,
@@ -340,18 +361,17 @@ def hint_sim_orders(inst: Instance, starts: dict[Op, float]) -> list[list[Op]]:
 
 
 def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
-                ) -> tuple[dict[Op, int], int | None, int | None]:
-    """A schedule as a CP-SAT hint on the scaled instance: (integer starts, an upper bound on
-    the objective in model units or None, a horizon or None).
+                ) -> tuple[dict[Op, int], list[Pair], int | None, int | None]:
+    """A schedule as a CP-SAT hint on the scaled instance: (integer starts, its overlapped
+    pairs, an upper bound on the objective in model units or None, a horizon or None).
 
     The makespan of an ASAP-timed feasible order is attainable in the model, so it is a safe
     upper bound (and horizon). For span only if the hint starts every device at its head (the
     model pins that); then every op ends by max(head of a first op) + span.
     """
-    hint_sim = simulate(si, split_backward(sched))  # integer start times
-    starts = dict(hint_sim.start)
-    if options.symmetry:
-        starts = sorted_by_microbatch(starts)
+    hint_sched = split_backward(sched)
+    hint_sim = simulate(si, hint_sched)  # integer start times
+    starts, pairs = _model_starts(hint_sched, hint_sim, options.symmetry)
     ub, horizon = None, None
     if hint_sim.feasible and options.objective == "makespan":
         ub = int(round(hint_sim.makespan))
@@ -362,7 +382,31 @@ def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
         if all(abs(a - b) < 0.5 for a, b in zip(firsts, h0)):
             ub = int(round(hint_sim.max_span))
             horizon = int(max(h0)) + ub
-    return {k: int(round(v)) for k, v in starts.items()}, ub, horizon
+    return {k: int(round(v)) for k, v in starts.items()}, pairs, ub, horizon
+
+
+def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool
+                  ) -> tuple[dict[Op, float], list[Pair]]:
+    """The incumbent as the model sees it: every op's start in the split form (a pair's fused
+    B becomes its I and W, both at the pair's start), and its pairs; relabelled into
+    microbatch order when the model breaks that symmetry."""
+    starts = dict(sim.start)
+    pairs = [e for row in sched.orders for e in row if isinstance(e, Pair)]
+    for pair in pairs:
+        if pair.second.kind == Kind.B:
+            t = starts.pop(pair.second)
+            starts[pair.second._replace(kind=Kind.I)] = starts[pair.second._replace(kind=Kind.W)] = t
+    if not symmetry:
+        return starts, pairs
+    relabel = microbatch_relabelling(starts)
+    starts = {relabel[op]: t for op, t in starts.items()}
+
+    def moved(op: Op) -> Op:
+        if op.kind == Kind.B:
+            return relabel[op._replace(kind=Kind.I)]._replace(kind=Kind.B)
+        return relabel[op]
+
+    return starts, [Pair(moved(p.first), moved(p.second)) for p in pairs]
 
 
 def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=None,
@@ -387,9 +431,10 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
 
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
-    hint, ub, horizon = _model_hint(si, inc.schedule, options)
-    sm = build_model(inst, options.objective, hint=hint, upper_bound=ub, horizon=horizon,
+    hint, pairs, ub, horizon = _model_hint(si, inc.schedule, options)
+    sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
                      memory_model=options.memory_model, symmetry=options.symmetry, scale=scale)
+    sm.add_hint(hint, pairs)
     info.update(scale=asdict(scale), model=sm.stats)
     progress.unit = float(scale.time)
     solver, code = _run(sm, options, budget, budget.cp_left(), progress, progress.on_bound)
@@ -403,8 +448,7 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
     if scale.memory_exact:
         bound = solver.best_objective_bound / scale.time / (1.0 + scale.time_error)
     info["cp_objective"] = solver.objective_value / scale.time
-    orders = sm.orders(sm.starts(solver))
-    return Schedule(orders, name=f"cpsat-{options.objective}"), bound
+    return Schedule(sm.entries(solver), name=f"cpsat-{options.objective}"), bound
 
 
 def _memory_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
@@ -426,19 +470,20 @@ def _memory_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     top = best.best()
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
-    hint, ub, horizon = _model_hint(si, top.schedule, options)
+    hint, pairs, ub, horizon = _model_hint(si, top.schedule, options)
     if ub is None:
         info["memory_phase"] = "not run: the best schedule gives no upper bound in the model"
         return
-    sm = build_model(inst, options.objective, hint=hint, upper_bound=ub, horizon=horizon,
+    sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
                      memory_model=options.memory_model, symmetry=options.symmetry, scale=scale,
                      secondary="memory")
+    sm.add_hint(hint, pairs)
     solver, code = _run(sm, dataclasses.replace(options, gap=0.0), budget, seconds)
     info["memory_phase"] = {"cp_status": solver.status_name(code), "seconds": seconds,
                             "cp_wall": solver.wall_time}
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return
-    sched = Schedule(sm.orders(sm.starts(solver)), name=f"cpsat-memory-{options.objective}")
+    sched = Schedule(sm.entries(solver), name=f"cpsat-memory-{options.objective}")
     try:
         sim = simulate(inst, sched)
     except ScheduleError:  # cannot happen for a model solution; never fatal for a tie-break

@@ -128,8 +128,12 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
        microbatch j holds A_t. Both ops run on d, so F(s, j+L) starts after F(t, j) ends.
     """
     limit = inst.limit[d]
-    if limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1:
-        return []  # the argument walks one chain of unsegmented units
+    if (limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1
+            or inst.overlap is not None):
+        # The argument walks one chain of unsegmented solo units: with replicas a device's
+        # stages do not share microbatches, with segments a unit's memory is split over ops,
+        # and a pair's forward starts with a backward that has not ended.
+        return []
     limit -= inst.resident(d)
     m = inst.microbatches
     stages = sorted(inst.stages_of(d))
@@ -166,18 +170,19 @@ def memory_precedences(inst: Instance) -> dict[int, list[MemoryEdge]]:
 
 def _preds(graph: TaskGraph, op: Op, ordered: bool,
            mem: dict[int, list[MemoryEdge]] | None = None) -> list[tuple[Op, float]]:
-    """Graph predecessors (edge weight = pred duration + delay), plus the sorted-chain edge and,
-    with ``mem``, the memory edges into a forward (both valid in microbatch order)."""
-    out = [(q, graph.duration(q) + c) for q, c in graph.preds(op)]
+    """Graph predecessors (edge weight = pred's least duration + delay, ``min_duration``), plus
+    the sorted-chain edge and, with ``mem``, the memory edges into a forward (both valid in
+    microbatch order)."""
+    out = [(q, graph.min_duration(q) + c) for q, c in graph.preds(op)]
     if ordered:
         q = graph.same_class_prev(op)
         if q is not None:
-            out.append((q, graph.duration(q)))
+            out.append((q, graph.min_duration(q)))
         if mem and op.kind == Kind.F and op.stage in mem:
             for e in mem[op.stage]:
                 if op.mb >= e.lag:
                     q = Op(e.kind, e.source, op.mb - e.lag, op.seg)
-                    out.append((q, graph.duration(q)))
+                    out.append((q, graph.min_duration(q)))
     return out
 
 
@@ -213,7 +218,7 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
         tail = {op._replace(mb=j): t for op, t in one.tail.items()
                 for j in range(op.mb, inst.microbatches, R)}
         for op in graph.implicit_ops():
-            head[op] = max((head[q] + graph.duration(q) + c for q, c in graph.preds(op)),
+            head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
                            default=0.0)
             tail[op] = 0.0
         if graph.has_sync:  # every unit's last op then leads to its stage's SYNC
@@ -241,10 +246,10 @@ def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None,
         for q, w in preds[op]:
             # tail(q) >= w - dur(q) + dur(op) + tail(op); w - dur(q) is the comm delay
             if q in succ:
-                succ[q].append((op, w - graph.duration(q)))
+                succ[q].append((op, w - graph.min_duration(q)))
     tail: dict[Op, float] = {}
     for op in reversed(topo):
-        tail[op] = max((c + graph.duration(n) + tail[n] for n, c in succ[op]), default=0.0)
+        tail[op] = max((c + graph.min_duration(n) + tail[n] for n, c in succ[op]), default=0.0)
     return HeadsTails(head, tail, ordered)
 
 
@@ -294,13 +299,13 @@ def device_tails(inst: Instance, ht: HeadsTails, device: int,
     for op in topo:
         for q, w in _preds(graph, op, ht.ordered, caps):
             if q in succ:
-                succ[q].append((op, w - graph.duration(q)))
+                succ[q].append((op, w - graph.min_duration(q)))
     reach: dict[Op, float] = {}  # -inf: no path to an op of the device
     for op in reversed(topo):
         best = -math.inf
         for n, c in succ[op]:
             via = reach[n] if graph.device(n) != device else max(reach[n], 0.0)
-            best = max(best, c + graph.duration(n) + via)
+            best = max(best, c + graph.min_duration(n) + via)
         reach[op] = best
     return {op: max(reach[op], 0.0) for op in graph.device_ops(device)}
 
@@ -313,7 +318,7 @@ def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
 
 def _device_jobs(inst: Instance, ht: HeadsTails, tails: bool) -> list[list[tuple[float, float, float]]]:
     graph = TaskGraph(inst)
-    return [[(ht.head[op], graph.duration(op), ht.tail[op] if tails else 0.0)
+    return [[(ht.head[op], graph.min_duration(op), ht.tail[op] if tails else 0.0)
              for op in graph.device_ops(d)] for d in range(inst.devices)]
 
 
@@ -326,7 +331,8 @@ def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list
 def device_lower_bounds(inst: Instance) -> list[float]:
     """Per device: earliest possible first start + total work (cheap, for large instances)."""
     ht = heads_tails(inst, ordered=False)
-    return [first_head(inst, ht, d) + inst.device_work(d) for d in range(inst.devices)]
+    graph = TaskGraph(inst)
+    return [first_head(inst, ht, d) + graph.device_min_work(d) for d in range(inst.devices)]
 
 
 def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
@@ -344,9 +350,10 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
     out = []
     for d in range(inst.devices):
         tails = device_tails(inst, ht, d, graph) if own_tails else {}
-        jobs = [(ht.head[op], graph.duration(op), tails.get(op, 0.0))
+        jobs = [(ht.head[op], graph.min_duration(op), tails.get(op, 0.0))
                 for op in graph.device_ops(d)]
-        out.append(max(_one_machine_bound(jobs) - first_head(inst, ht, d), inst.device_work(d)))
+        out.append(max(_one_machine_bound(jobs) - first_head(inst, ht, d),
+                       graph.device_min_work(d)))
     return out
 
 
@@ -411,8 +418,8 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
     """
     out: list[float | None] = []
     m = inst.microbatches
-    if inst.replicas != 1 or getattr(inst, "segments", 1) != 1:
-        return [None] * inst.devices  # the argument walks one chain of unsegmented units
+    if inst.replicas != 1 or getattr(inst, "segments", 1) != 1 or inst.overlap is not None:
+        return [None] * inst.devices  # the argument walks one chain of unsegmented solo units
     heads = heads_tails(inst, ordered=False).head
     for d in range(inst.devices):
         stages = sorted(inst.stages_of(d))
@@ -459,7 +466,7 @@ def critical_path(inst: Instance) -> float:
     """Longest chain through the task graph (unlimited devices, no resource conflicts)."""
     ht = heads_tails(inst, ordered=False)
     graph = TaskGraph(inst)
-    return max(ht.head[op] + graph.duration(op) + ht.tail[op] for op in ht.head)
+    return max(ht.head[op] + graph.min_duration(op) + ht.tail[op] for op in ht.head)
 
 
 def analytic_bound(inst: Instance, objective: str = "makespan") -> float:

@@ -2,6 +2,11 @@
 
 The history (elapsed, incumbent, bound) is kept even when nothing is printed, so benchmarks
 can plot convergence without re-running.
+
+The bound shown never goes down: every lower bound proven so far still holds, so the best of
+them is the bound. (CP-SAT's own bound can drop when the search restarts on a re-scaled model
+or a window of the large method reports a bound of its sub-problem; printing that as "the
+bound" would claim the gap grew.)
 """
 
 from __future__ import annotations
@@ -31,17 +36,25 @@ class Progress(cp_model.CpSolverSolutionCallback):
         self.echo = echo
         self.stream = stream or sys.stderr
         self.floor = floor  # an external lower bound (analytic), in instance units
+        self.best_bound = floor  # the largest bound reported so far: what is proven
         self.t0 = time.perf_counter()
         self.history: list[tuple[float, float, float]] = []
 
+    def _proven(self, bound: float) -> float:
+        """``bound`` combined with every bound before it (the history's bounds never drop)."""
+        self.best_bound = max(self.best_bound, bound, self.floor)
+        return self.best_bound
+
     def line(self, elapsed: float, value: float, bound: float, what: str = "") -> str:
+        bound = min(bound, value)  # nothing found is below a true lower bound; the solver's
+        # final verdict clips the same way (a bound of the time-scaled model can exceed it)
         return (f"[{elapsed:8.2f}s] {self.objective} {value:.6g}  bound {bound:.6g}  "
                 f"gap {100 * rel_gap(value, bound):.3f}%{('  ' + what) if what else ''}")
 
     def on_solution_callback(self) -> None:
         elapsed = time.perf_counter() - self.t0
         value = self.objective_value / self.unit
-        bound = max(self.best_objective_bound / self.unit, self.floor)
+        bound = self._proven(self.best_objective_bound / self.unit)
         self.history.append((elapsed, value, bound))
         if self.echo:
             print(self.line(elapsed, value, bound), file=self.stream, flush=True)
@@ -52,13 +65,14 @@ class Progress(cp_model.CpSolverSolutionCallback):
             return  # no incumbent from CP-SAT yet; the first solution line shows the bound
         elapsed = time.perf_counter() - self.t0
         _, value, _ = self.history[-1]
-        b = max(bound / self.unit, self.floor)
+        b = self._proven(bound / self.unit)
         self.history.append((elapsed, value, b))
         if self.echo:
             print(self.line(elapsed, value, b, "bound"), file=self.stream, flush=True)
 
     def note(self, value: float, bound: float, what: str) -> None:
         """A line that does not come from CP-SAT (start, hint, final verdict)."""
+        bound = self._proven(bound)
         if self.echo:
             elapsed = time.perf_counter() - self.t0
             print(self.line(elapsed, value, bound, what), file=self.stream, flush=True)

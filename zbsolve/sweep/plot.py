@@ -59,7 +59,8 @@ def sweep_figure(result):
         lo = float(need.max())
         ax.axvspan(0, lo, color="0.85", zorder=0, label=f"no schedule fits (< {lo:g})")
     ax.set_xlim(0, x_max * 1.04)
-    ax.set_xlabel("peak memory per device (activation units)")
+    unit = getattr(result, "memory_unit", None)
+    ax.set_xlabel(f"peak memory per device ({unit or 'memory units of the instance'})")
     ax.set_ylabel(f"step time ({result.objective})")
     ax.grid(alpha=0.3)
 
@@ -90,8 +91,11 @@ def sweep_figure(result):
 
 def plot_sweep(result, path: str | Path) -> Path:
     """Draw ``result`` to ``path`` (format from the suffix: .png, .svg, ...)."""
+    from zbsolve.io import atomic_path
+
     path = Path(path)
-    sweep_figure(result).savefig(path, dpi=130)
+    with atomic_path(path) as tmp:
+        sweep_figure(result).savefig(tmp, dpi=130, format=path.suffix.lstrip(".").lower())
     return path
 
 
