@@ -20,12 +20,14 @@ from typing import Any
 
 import yaml
 
+from zbsolve.step import StepError, StepSpec, parse_step
 from zbsolve.units import SizeError, check_unit, convert, parse_size
 
 PLACEMENTS = ("loop", "v")
 _TOP_KEYS = {
     "name", "devices", "microbatches", "chunks", "placement", "times", "comm", "memory",
     "replicas", "sync", "overlap",
+    "step",  # zbsolve.step: optimizer, reductions and the global check after the last W
     # optional, free-form extras that travel with the instance but change nothing
     "description", "source", "meta",
 }
@@ -68,6 +70,7 @@ class Instance:
     sync: tuple[float, ...] = ()  # per stage: the replicas' gradient all-reduce (replicas = 2)
     overlap: tuple[tuple[int, int, float], ...] | float | None = None  # F&B factor (see graph)
     memory_unit: str | None = None  # the unit of every memory figure (None: unnamed)
+    step: StepSpec = StepSpec()  # the step boundary (zbsolve.step); default mode none
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -228,6 +231,8 @@ class Instance:
         if self.overlap is not None:
             data["overlap"] = {"FB": self.overlap if isinstance(self.overlap, float)
                                else [list(t) for t in self.overlap]}
+        if self.step.given:
+            data["step"] = self.step.to_dict(S)
         data.update(self.extra)
         return data
 
@@ -422,6 +427,7 @@ def _parse(data: dict[str, Any]) -> Instance:
         raise InstanceError("sync: the gradient all-reduce between replicas needs replicas: 2")
     sync = _per(data.get("sync", 0.0), S, "sync", "logical stage", positive=False)
     overlap = _overlap(data.get("overlap"), S * replicas)
+    step = _step(data.get("step"), S, replicas)
 
     extra = {k: data[k] for k in ("description", "source", "meta") if k in data}
     # Replica r runs model stage s as stage r*S + s on the mirrored device p-1-d.
@@ -435,8 +441,15 @@ def _parse(data: dict[str, Any]) -> Instance:
         placement_kind=kind, F=rep(F), I=rep(I), W=rep(W), comm=float(comm),
         activation=rep(activation), weight=rep(weight), limit=limit, replicas=replicas,
         params=rep(params), sync=rep(sync), overlap=overlap, memory_unit=memory_unit,
-        extra=extra,
+        step=step, extra=extra,
     )
+
+
+def _step(raw: Any, model_stages: int, replicas: int) -> StepSpec:
+    try:
+        return parse_step(raw, model_stages, replicas)
+    except StepError as exc:
+        raise InstanceError(str(exc)) from None
 
 
 def _overlap(raw: Any, stages: int) -> tuple[tuple[int, int, float], ...] | float | None:

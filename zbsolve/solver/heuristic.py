@@ -185,8 +185,8 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
     def arrive(d: int, op: Op, end: float) -> None:
         """Hand the outputs of a finished op of device d to its successors (the graph's edges)."""
         for (kind, s2, mb2, _), delay in succs(op):
-            if kind == "SYNC":
-                continue  # the replicas' all-reduce: no device runs it
+            if mb2 < 0:
+                continue  # a step-level job (SYNC, the step boundary): in no device's order
             dd = place[s2]
             arrival = end + delay
             if kind == "F":

@@ -62,7 +62,8 @@ class TimeScale:
 
     @staticmethod
     def choose(inst: Instance) -> TimeScale:
-        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm) if x > 0]
+        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm,
+                             *_step_times(inst)) if x > 0]
         t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
         if t_scale is None:
             raise ValueError(
@@ -97,6 +98,11 @@ class TimeScale:
         return self.time_error == 0.0 and self.memory_exact
 
 
+def _step_times(inst: Instance) -> list[float]:
+    """The step boundary's durations, when its jobs exist (``zbsolve.step``)."""
+    return inst.step.times() if inst.step.active else []
+
+
 def _pick_scale(values: list[float], exact: bool) -> int | None:
     for k in range(MAX_POW10 + 1):
         s = 10**k
@@ -127,6 +133,7 @@ def scaled_instance(inst: Instance, scale: TimeScale) -> Instance:
         comm=float(scale.t(inst.comm)),
         activation=mems(inst.activation), weight=mems(inst.weight), params=mems(inst.params),
         limit=tuple(None if x is None else float(scale.mem_down(x)) for x in inst.limit),
+        step=inst.step.scaled(scale.t),
     )
 
 
@@ -159,7 +166,8 @@ class ScheduleModel:
         """Per-device orders by start time (ops of a device never overlap, so no ties)."""
         rows: list[list[Op]] = [[] for _ in range(self.inst.devices)]
         for op in sorted(self.interval, key=lambda o: (starts[o], o.kind != Kind.I)):
-            rows[self.graph.device(op)].append(op)
+            if not self.graph.is_tail(op):  # optimizer steps: placed by the tail rule
+                rows[self.graph.device(op)].append(op)
         return rows
 
     def add_hint(self, starts: Mapping[Op, int]) -> None:
@@ -220,6 +228,8 @@ def build_model(
     if symmetry:
         b.microbatch_order()
     b.devices(redundant, memory_model)
+    if b.graph.has_step:
+        b.step_tails(redundant)
     sm = b.objective(redundant, upper_bound)
     if hint:
         sm.add_hint(hint)
@@ -325,6 +335,25 @@ class _Builder:
             self.first.append(f)
             self.last.append(e)
             _add_memory(model, si, graph, d, self.start, self.dur, self.horizon, memory_model)
+
+    def step_tails(self, redundant: bool) -> None:
+        """Ensures each device runs its optimizer steps one at a time after its last pipeline
+        op (the tail rule, ``zbsolve.graph``), and moves the device's end past them."""
+        model = self.model
+        for d in range(self.si.devices):
+            tail = list(self.graph.tail_ops(d))
+            pipeline_end = self.last[d]
+            for op in tail:
+                model.add(self.start[op] >= pipeline_end)
+            if len(tail) > 1:
+                model.add_no_overlap([self.interval[op] for op in tail])
+            e = model.new_int_var(0, self.horizon, f"step_end{d}")
+            model.add(e >= pipeline_end)
+            for op in tail:
+                model.add(e >= self.end(op))
+            if redundant:
+                model.add(e >= pipeline_end + sum(self.dur[op] for op in tail))
+            self.last[d] = e
 
     def objective(self, redundant: bool, upper_bound: int | None) -> ScheduleModel:
         """Defines the objective (makespan, or longest device span) and minimizes it."""
