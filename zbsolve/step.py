@@ -56,10 +56,14 @@ class StepSpec:
         return self.mode != NONE
 
     @property
+    def given_times(self) -> bool:
+        """Whether any step job lasts longer than 0."""
+        return self.check > 0 or any(self.optimizer) or any(self.allreduce)
+
+    @property
     def given(self) -> bool:
         """Whether anything differs from the default (so files write it back)."""
-        return self.mode != NONE or self.check > 0 or any(self.optimizer) \
-            or any(self.allreduce)
+        return self.mode != NONE or self.given_times
 
     def opt_time(self, stage: int) -> float:
         return self.optimizer[stage] if self.optimizer else 0.0
@@ -94,6 +98,20 @@ def with_mode(inst: Any, mode: str) -> Any:
     ``zbsolve solve --step MODE`` and ``zbsolve baselines --step MODE`` evaluate."""
     check_mode(mode, "step.mode")
     return dataclasses.replace(inst, step=dataclasses.replace(inst.step, mode=mode))
+
+
+def for_mode(inst: Any, mode: str | None, where: str = "--step") -> Any:
+    """``inst`` with its step in ``mode`` (None: as the instance says). An active mode on an
+    instance that gives no step times is refused: its jobs would all last 0 and every figure
+    would look like mode none's."""
+    if mode is None:
+        return inst
+    check_mode(mode, where)
+    if mode != NONE and not inst.step.given_times:
+        raise StepError(f"{where} {mode}: the instance gives no step times (step.optimizer, "
+                        "step.allreduce and step.check are all 0); add them to it, e.g. "
+                        "step: {optimizer: 2.0, allreduce: 1.0, check: 0.5}")
+    return with_mode(inst, mode)
 
 
 def check_mode(mode: Any, where: str) -> str:

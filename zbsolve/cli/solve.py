@@ -18,6 +18,8 @@ from zbsolve.cli.common import (
     positive_int,
     print_json,
     print_schedule_table,
+    step_arg,
+    with_step,
 )
 from zbsolve.files import write_text_atomic
 from zbsolve.instance import memory_unit_label
@@ -48,6 +50,7 @@ def register(sub) -> None:
                         metavar="FRACTION",
                         help="keep this share of every device's memory limit free: solve with "
                              "limit * (1 - FRACTION) (default: 0)")
+    step_arg(parser, "optimize the step's end")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="do not impose microbatch order per (kind, stage)")
     parser.add_argument("--progress", action="store_true",
@@ -73,7 +76,7 @@ def handle(args) -> int:
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
 
-    given = load(args.instance)
+    given = with_step(load(args.instance), args)
     inst = given.with_memory_margin(args.memory_margin) if args.memory_margin else given
     options = SolveOptions(
         time_limit=args.time_limit, gap=args.gap, workers=args.workers, seed=args.seed,
@@ -98,6 +101,7 @@ def handle(args) -> int:
                     "solve_time": result.solve_time, "baseline": result.baseline,
                     "baseline_value": result.baseline_value, "source": meta["source"],
                     "memory_unit": inst.memory_unit, "memory_margin": margin or None,
+                    "step": inst.step.mode,
                     "schedules": table})
         return 0
     _print_table(inst, result, table, args.output, margin)
@@ -117,8 +121,9 @@ def _print_table(inst, result, table: list[dict], output: str | None, margin: di
     unit = f" {memory_unit_label(inst)}" if memory_unit_label(inst) else ""
     kept = (f" (memory margin {margin['fraction']:g}: given {fmt_list(margin['limit_given'])})"
             if margin else "")
+    step = f" step={inst.step.mode}" if inst.step.active else ""
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
-          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}")
+          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}{step}")
     base = (f"{result.baseline} {result.baseline_value:.6g}" if result.baseline
             else "none fits the memory limit")
     print(f"status {result.status}: {obj} {result.objective_value:.6g}, lower bound "
