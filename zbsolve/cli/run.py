@@ -85,7 +85,7 @@ def handle(args) -> int:
     from zbsolve.export.executor import instance_of, load_table, schedule_from_table
     from zbsolve.export.p2p_check import require_safe
     from zbsolve.runtime.launch import RankFailed, in_torchrun, run_jobs
-    from zbsolve.runtime.reference import DEFAULT_LR
+    from zbsolve.runtime.optim import DEFAULT_LR
     from zbsolve.runtime.runner import Job, RunOptions, check_table
     from zbsolve.simulate import simulate
 

@@ -21,7 +21,6 @@ import torch
 import torch.distributed as dist
 
 from zbsolve.export.executor import ExecutorTable
-from zbsolve.runtime.reference import make_optimizer
 from zbsolve.runtime.workload import Workload
 
 
@@ -50,7 +49,7 @@ def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str) -> dict[
             f"torch inferred placement {inferred} from the CSV, the table has {table.placement}"
         )
     params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
-    opt = make_optimizer(list(params.values()), ctx.opts.lr)
+    opt = ctx.opts.optimizer_spec.make(params.values())
     steps, cuda_peaks, timings = [], [], []
     for step in range(ctx.opts.steps):
         tokens, targets = work.batch(m, step)
