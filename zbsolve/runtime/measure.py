@@ -23,6 +23,9 @@ from typing import Any
 import torch
 
 KINDS = ("F", "I", "W", "B")
+BOUNDARY_KINDS = ("OPT", "CHECK", "NORM", "VERDICT", "REDO")
+"""The step boundary's stamps (``zbsolve.runtime.step_boundary``): optimizer steps, the global
+check, the partial-state chain, the verdict's return, rollbacks with their redone steps."""
 
 
 class Clock:
@@ -56,7 +59,8 @@ class Timing:
     rank: int
     step: int
     index: int  # position in the rank's action list
-    kind: str  # F I W B SEND_F RECV_F SEND_B RECV_B, or WAIT (waiting for a received payload)
+    kind: str  # F I W B SEND_F RECV_F SEND_B RECV_B, WAIT (waiting for a received payload),
+    #            or a step-boundary kind (BOUNDARY_KINDS)
     stage: int
     mb: int
     start_ms: float
@@ -72,8 +76,10 @@ class Timing:
         return asdict(self)
 
 
-def summarize(timings: list[Timing], step: int, predicted_makespan: float) -> dict[str, Any]:
-    """Per-kind means, step time and ratios for one step (usually the last, warmed-up one)."""
+def summarize(timings: list[Timing], step: int, predicted_makespan: float,
+              predicted_step: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per-kind means, step time and ratios for one step (usually the last, warmed-up one);
+    with a step boundary, also its share per rank, measured and predicted."""
     rows = [t for t in timings if t.step == step]
     compute = [t for t in rows if t.kind in KINDS]
     measured: dict[str, list[float]] = defaultdict(list)
@@ -101,7 +107,11 @@ def summarize(timings: list[Timing], step: int, predicted_makespan: float) -> di
         raw["step"] = step_ms / predicted_makespan
         calibrated["step"] = raw["step"] / unit_ms
     waits = sum(t.end_ms - t.start_ms for t in rows if t.kind == "WAIT")
+    extra = {}
+    if any(t.kind in BOUNDARY_KINDS for t in rows):
+        extra["step_boundary"] = boundary_summary(rows, step_ms, predicted_step)
     return {
+        **extra,
         "step": step,
         "step_ms": step_ms,
         "mean_ms": per_kind,
@@ -111,6 +121,30 @@ def summarize(timings: list[Timing], step: int, predicted_makespan: float) -> di
         "ratio_calibrated": calibrated,
         "wait_ms_total": waits,
     }
+
+
+def boundary_summary(rows: list[Timing], step_ms: float,
+                     predicted: dict[str, Any] | None) -> dict[str, Any]:
+    """Per rank: when its pipeline ended, its optimizer steps' time and the boundary's end;
+    the step's share after the pipeline, measured and predicted (instance units)."""
+    ranks = sorted({t.rank for t in rows})
+    per_rank = {}
+    for r in ranks:
+        mine = [t for t in rows if t.rank == r]
+        pipeline = max((t.end_ms for t in mine if t.kind not in BOUNDARY_KINDS), default=0.0)
+        per_rank[r] = {
+            "pipeline_end_ms": pipeline,
+            "opt_ms": sum(t.end_ms - t.start_ms for t in mine if t.kind == "OPT"),
+            "redo_ms": sum(t.end_ms - t.start_ms for t in mine if t.kind == "REDO"),
+            "end_ms": max(t.end_ms for t in mine),
+        }
+    pipeline_end = max(v["pipeline_end_ms"] for v in per_rank.values())
+    out: dict[str, Any] = {"per_rank": per_rank, "pipeline_end_ms": pipeline_end,
+                           "boundary_ms": step_ms - pipeline_end}
+    if predicted:
+        out["predicted_pipeline_end"] = predicted.get("pipeline_end")
+        out["predicted_boundary"] = predicted.get("boundary")
+    return out
 
 
 def chrome_trace(timings: list[Timing], step: int, unit_ms: float,
@@ -133,7 +167,7 @@ def chrome_trace(timings: list[Timing], step: int, unit_ms: float,
         events.append({"ph": "X", "pid": 0, "tid": t.rank, "name": t.token, "cat": t.kind,
                        "ts": t.start_ms * 1e3, "dur": max(t.end_ms - t.start_ms, 0.0) * 1e3,
                        "args": args})
-        if t.kind in KINDS and t.pred_start is not None and t.pred_end is not None:
+        if t.kind in (*KINDS, "OPT") and t.pred_start is not None and t.pred_end is not None:
             events.append({"ph": "X", "pid": 1, "tid": t.rank, "name": t.token, "cat": t.kind,
                            "ts": t.pred_start * unit_ms * 1e3,
                            "dur": (t.pred_end - t.pred_start) * unit_ms * 1e3,

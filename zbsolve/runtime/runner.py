@@ -8,12 +8,16 @@ I computes the input gradient only and keeps what W needs; W accumulates the wei
 and frees the rest; B is I then W. Hand-offs between two stages of this rank stay in memory;
 the others go through :mod:`zbsolve.runtime.p2p` at the table's SEND/RECV actions.
 
-After the steps, rank 0 gathers every stage's loss, gradients and parameters and compares them
-with the single-process reference (:mod:`zbsolve.runtime.reference`).
+After its last action of a step the rank runs the step boundary in the table's step mode
+(:mod:`zbsolve.runtime.step_boundary`: local steps, a synchronous global check, or speculative
+steps with post-validation and rollback). After the steps, rank 0 gathers every stage's loss,
+gradients and parameters and compares them with the single-process reference
+(:mod:`zbsolve.runtime.reference`), which takes the same steps synchronously.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -26,14 +30,10 @@ from zbsolve.export.executor import Action, ExecutorTable
 from zbsolve.runtime.iw_split import MemoryTracker, StageRunner
 from zbsolve.runtime.measure import Clock, Timing, chrome_trace, summarize
 from zbsolve.runtime.model import GPTConfig, layer_split
+from zbsolve.runtime.optim import DEFAULT_LR, OptimizerSpec, TrainSpec, inject_inf
 from zbsolve.runtime.p2p import P2P
-from zbsolve.runtime.reference import (
-    DEFAULT_LR,
-    Comparison,
-    StepRecord,
-    compare,
-    make_optimizer,
-)
+from zbsolve.runtime.reference import Comparison, StepRecord, compare
+from zbsolve.runtime.step_boundary import STEP_HANDLERS, Boundary, StageStep, tail_order
 from zbsolve.runtime.workload import Workload, is_layered, workload_for
 
 ENGINES = ("ours", "torch")
@@ -59,6 +59,30 @@ class RunOptions:
     threads: int = 1  # torch intra-op threads per rank on CPU
     fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
     hang_at: tuple[int, int] | None = None  # (rank, action index): stall there (tests)
+    optimizer: str = "sgd"  # sgd | adamw (zbsolve.runtime.optim)
+    clip: float | None = None  # clip gradients to this global norm (needs a step check)
+    step_mode: str | None = None  # none | sync | post-validation; None: the table's instance's
+    inject_inf: tuple[int, int] | None = None  # (step, stage): Inf into a gradient (tests)
+
+    @property
+    def optimizer_spec(self) -> OptimizerSpec:
+        return OptimizerSpec(self.optimizer, self.lr, self.clip)
+
+
+def step_mode_of(table: ExecutorTable, opts: RunOptions) -> str:
+    """The step mode a run uses (``opts.step_mode``, else its table's instance's), refusing a
+    run whose global decisions would have no global state to come from."""
+    from zbsolve.step import MODES
+
+    mode = opts.step_mode or (table.instance.get("step") or {}).get("mode", "none")
+    if mode not in MODES:
+        raise TableMismatch(f"step mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    opts.optimizer_spec.check()
+    if mode == "none" and (opts.clip is not None or opts.inject_inf is not None):
+        raise TableMismatch("clipping by the global gradient norm and the NaN/Inf check need "
+                            "the step's global state: run with step mode sync or "
+                            "post-validation (--step), not none")
+    return mode
 
 
 @dataclass
@@ -71,6 +95,8 @@ class Job:
     torch_csv: str | None = None  # engine torch: path of the compute-only torch CSV
     trace: str | None = None  # write the Perfetto trace here (rank 0)
     label: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # RunOptions fields this job changes
+    # (optimizer, lr, clip, step_mode, inject_inf): one launch runs several step set-ups
 
 
 @dataclass
@@ -215,10 +241,40 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Work
     return out
 
 
+def _stage_steps(ctx: RankContext, work: Workload, mine: list[int], table: ExecutorTable
+                 ) -> list[StageStep]:
+    """One optimizer per stage of the rank (what the step boundary steps, validates and rolls
+    back), in the tail rule's order."""
+    spec = ctx.opts.optimizer_spec
+    out = []
+    for s in tail_order(table.actions[ctx.rank], mine):
+        params = list(work.names(work.stages[s]).values())
+        out.append(StageStep(s, params, spec.make(params)))
+    return out
+
+
+def _boundary(ctx: RankContext, table: ExecutorTable, steps: list[StageStep], mode: str,
+              clock: Clock, step: int, actions: int) -> tuple[Boundary, list[Timing]]:
+    """Run the step boundary; its stamps as timings (predicted times: the table's, OPT only)."""
+    comm = ctx.device if ctx.opts.backend == "nccl" else torch.device("cpu")
+    b = Boundary(ctx.rank, list(table.placement), steps, ctx.opts.clip, clock.mark, comm)
+    STEP_HANDLERS[mode](b)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    pred = {s: (t0, t1) for s, t0, t1 in (table.predicted.get("step") or {}).get("optimizer", [])}
+    out = []
+    for k, (kind, stage, t0, t1) in enumerate(b.stamps):
+        p0, p1 = pred.get(stage, (None, None)) if kind == "OPT" else (None, None)
+        out.append(Timing(ctx.rank, step, actions + k, kind, stage, -1, clock.ms(t0),
+                          clock.ms(t1), p0, p1))
+    return b, out
+
+
 def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
     """Run the table for ``opts.steps`` optimizer steps; returns this rank's records."""
     S, m = table.stages, table.microbatches
     mine = [s for s, r in enumerate(table.placement) if r == ctx.rank]
+    mode = step_mode_of(table, ctx.opts)
     modules = work.stages
     memory = MemoryTracker()
     runners = {
@@ -226,7 +282,7 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
         for s in mine
     }
     params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
-    opt = make_optimizer(list(params.values()), ctx.opts.lr)
+    stage_steps = _stage_steps(ctx, work, mine, table)
     p2p = P2P(ctx.device, work.boundary, ctx.opts.timeout_s,
               stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda")
     state = _RankState(runners, p2p)
@@ -234,9 +290,11 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
     timings: list[Timing] = []
     steps: list[dict[str, Any]] = []
     cuda_peaks: list[int] = []
+    boundary: list[dict[str, Any]] = []
     for step in range(ctx.opts.steps):
         tokens, targets = work.batch(m, step)
-        opt.zero_grad(set_to_none=True)
+        for st in stage_steps:
+            st.opt.zero_grad(set_to_none=True)
         for r in runners.values():
             r.losses.clear()
         memory.reset_peak()
@@ -255,11 +313,23 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
                       if p.grad is not None},
             "peak_bytes": memory.peak,
         })
-        opt.step()
+        hit = ctx.opts.inject_inf
+        if hit is not None and hit[0] == step and hit[1] in mine:
+            inject_inf(work.names(modules[hit[1]]), injected_name(work, hit[1]))
+        b, stamps = _boundary(ctx, table, stage_steps, mode, clock, step,
+                              len(table.actions[ctx.rank]))
+        timings += stamps
+        boundary.append({"decision": b.decision.label if mode != "none" else "unchecked",
+                         "norm": b.decision.norm, "redone": b.redone})
     final = {n: p.detach().cpu().clone() for n, p in params.items()}
     notes = sorted({n for r in runners.values() for n in getattr(r, "notes", ())})
     return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks,
-            "notes": notes}
+            "notes": notes, "boundary": boundary}
+
+
+def injected_name(work: Workload, stage: int) -> str:
+    """The parameter an injected Inf goes into: the stage's first, by the unsplit model's name."""
+    return next(iter(work.names(work.stages[stage])))
 
 
 # ---------------------------------------------------------------------- gathering on rank 0
@@ -282,18 +352,29 @@ def _merge(gathered: list[dict[str, Any]], n_steps: int, m: int):
 _REFERENCE_CACHE: dict[tuple, Any] = {}
 
 
+def train_spec(work: Workload, opts: RunOptions) -> TrainSpec:
+    """What the reference must do to take the run's steps."""
+    hit = opts.inject_inf
+    return TrainSpec(opts.optimizer_spec,
+                     None if hit is None else (hit[0], injected_name(work, hit[1])))
+
+
 def _reference(work: Workload, m: int, opts: RunOptions, device: torch.device):
-    key = (work.key, m, opts.steps, opts.lr, str(device))
+    train = train_spec(work, opts)
+    key = (work.key, m, opts.steps, train, str(device))
     if key not in _REFERENCE_CACHE:
-        _REFERENCE_CACHE[key] = work.reference(m, opts.steps, opts.lr, device)
+        _REFERENCE_CACHE[key] = work.reference(m, opts.steps, train, device)
     return _REFERENCE_CACHE[key]
 
 
 def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the report, the others None."""
+    if job.options:
+        ctx = dataclasses.replace(ctx, opts=dataclasses.replace(ctx.opts, **job.options))
     table = ExecutorTable.from_dict(job.table)
     check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model))
     work = workload_for(job.model, table.stages, table.instance)
+    mode = step_mode_of(table, ctx.opts)
     if job.engine == "ours":
         mine = run_ours(ctx, table, work)
     elif job.engine == "torch":
@@ -301,6 +382,9 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
 
         if job.torch_csv is None:
             raise ValueError("engine torch needs the torch CSV path (Job.torch_csv)")
+        if mode != "none":
+            raise TableMismatch(f"step mode {mode}: engine torch runs torch's own step; the "
+                                "step boundary's modes run with engine ours")
         mine = run_torch(ctx, table, work, job.torch_csv)
     else:
         raise ValueError(f"engine: expected one of {ENGINES}, got {job.engine!r}")
@@ -315,6 +399,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     records, params = _merge(gathered, ctx.opts.steps, table.microbatches)
     ref = _reference(work, table.microbatches, ctx.opts, ctx.device)
     cmp: Comparison = compare(records, params, ref)
+    decisions = [b["decision"] for b in gathered[0].get("boundary", [])]
+    decisions_ok = mode == "none" or decisions == ref.decisions
     flat = [Timing(**d) for per_rank in all_timings for d in per_rank]
     last = ctx.opts.steps - 1
     predicted_makespan = float(table.predicted.get("makespan", 0.0))
@@ -339,7 +425,16 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "checked": cmp.checked,
         "missing": cmp.missing,
         "rtol": ctx.opts.rtol,
-        "ok": cmp.ok(ctx.opts.rtol),
+        "ok": cmp.ok(ctx.opts.rtol) and decisions_ok,
+        "step_boundary": {
+            "mode": mode, "optimizer": ctx.opts.optimizer, "lr": ctx.opts.lr,
+            "clip": ctx.opts.clip, "inject_inf": ctx.opts.inject_inf,
+            "decisions": decisions, "reference_decisions": ref.decisions,
+            "decisions_match": decisions_ok,
+            "norms": [b["norm"] for b in gathered[0].get("boundary", [])],
+            "redone": [sorted(s for g in gathered for s in g["boundary"][k]["redone"])
+                       for k in range(len(decisions))],
+        },
         "peak_activation_bytes": [g["steps"][last]["peak_bytes"] for g in gathered],
         "cuda_max_memory_allocated": [g["cuda_peaks"][last] if g["cuda_peaks"] else None
                                       for g in gathered],
@@ -350,7 +445,7 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         report["timing"] = {"step": last, "step_ms": step_ms, "mean_ms": {},
                             "predicted_makespan": predicted_makespan}
     else:
-        report["timing"] = summarize(flat, last, predicted_makespan)
+        report["timing"] = summarize(flat, last, predicted_makespan, table.predicted.get("step"))
         if job.trace:
             import json
 
