@@ -26,8 +26,8 @@ from zbsolve.export.files import load_schedule
 from zbsolve.export.p2p_check import P2PError, check, require_safe
 from zbsolve.export.torch_csv import TorchCSVError, read_torch_csv, write_torch_csv
 from zbsolve.instance import load_instance
-from zbsolve.ops import Op
-from zbsolve.schedule import Schedule, fuse_backward
+from zbsolve.ops import Op, Pair
+from zbsolve.schedule import Schedule, fuse_backward, unpair
 from zbsolve.simulate import ScheduleError, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -376,7 +376,7 @@ def _write(tmp_path, text: str) -> Path:
     ("0F0,F1\n", "column 2: bad token 'F1'"),
     ("0F0,0F-1\n", "bad token '0F-1'"),
     ("0F0,(0F1;1Bx)OVERLAP_F_B\n", "column 2: bad sub-action '1Bx'"),
-    ("0F0,(0F1)OVERLAP_F_B\n", "at least two sub-actions"),
+    ("0F0,(0F1)OVERLAP_F_B\n", "a forward and a backward (two sub-actions), got 1"),
     ("0F0,0F1\n1F0,0F1\n", "row 2 (rank 1), column 2: duplicate action 0F1 (first at row 1, "
                            "column 2)"),
     ("0F0,(0F0;1B0)OVERLAP_F_B\n", "duplicate action 0F0"),
@@ -391,8 +391,9 @@ def test_torch_csv_reader_is_strict(tmp_path, text, message):
 def test_torch_csv_reader_grammar(tmp_path):
     path = _write(tmp_path, "0F0,,(0F1;1B0)OVERLAP_F_B,0SEND_F1,0REDUCE_GRAD\n1F0, 1I1 \n\n")
     sched = read_torch_csv(path)
-    assert sched.orders == [[Op("F", 0, 0), Op("F", 0, 1), Op("B", 1, 0)],
+    assert sched.orders == [[Op("F", 0, 0), Pair(Op("F", 0, 1), Op("B", 1, 0))],
                             [Op("F", 1, 0), Op("I", 1, 1)], []]
+    assert unpair(sched).orders[0] == [Op("F", 0, 0), Op("F", 0, 1), Op("B", 1, 0)]
     assert sched.meta["overlap_f_b"] == [["0F1", "1B0"]]
     assert sched.meta["non_compute_actions_skipped"] == 2
     assert len(sched.orders) == 3
@@ -402,13 +403,23 @@ def test_torch_dualpipev_reference_is_read_and_judged():
     inst = load_instance(DUALPIPEV_INST)
     assert (inst.devices, inst.microbatches, inst.chunks, inst.placement) == (
         4, 10, 2, (0, 1, 2, 3, 3, 2, 1, 0))
-    sched = read_torch_csv(DUALPIPEV_CSV)
-    assert len(sched.meta["overlap_f_b"]) == 41  # grep -o OVERLAP_F_B | wc -l
+    pairs = read_torch_csv(DUALPIPEV_CSV)
+    assert len(pairs.meta["overlap_f_b"]) == 41  # grep -o OVERLAP_F_B | wc -l
+    sched = unpair(pairs)  # the instance allows no overlap: torch runs the halves in turn
     ops = [op for order in sched.orders for op in order]
     assert sum(op.kind == "F" for op in ops) == 80
     result = simulate(inst, sched)
     assert result.makespan == 63.0 and result.peak_memory == [9.0, 9.0, 9.0, 9.0]
     assert require_safe(lower(inst, sched))
+    with pytest.raises(ScheduleError, match="allows no overlapped F&B"):
+        simulate(inst, pairs)
+    # with overlap allowed, our DualPipeV marks exactly torch's 41 pairs
+    overlapping = load_instance({**inst.to_dict(), "overlap": {"FB": 0.8}})
+    assert generate("dualpipev", overlapping).orders == pairs.orders
+    table = lower(overlapping, pairs)
+    assert sum(a.is_pair for row in table.actions for a in row) == 41
+    assert require_safe(table)
+    assert ExecutorTable.from_dict(json.loads(json.dumps(table.to_dict()))).actions == table.actions
 
 
 # ---------------------------------------------------------------------------- chrome trace

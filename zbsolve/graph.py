@@ -140,6 +140,17 @@ class TaskGraph:
         n = inst.stages
         self._down = tuple(inst.hop(s - 1, s) if s > 0 else 0.0 for s in range(n))  # s-1 -> s
         self._up = tuple(inst.hop(s + 1, s) if s + 1 < n else 0.0 for s in range(n))  # s+1 -> s
+        self.overlap = inst.overlap is not None
+        if self.overlap:  # the smallest pair factor each stage can run under, as F / as backward
+            fx = [min((x for t in inst.stages_of(inst.placement[s])
+                       if (x := inst.overlap_factor(s, t)) is not None), default=1.0)
+                  for s in range(n)]
+            bx = [min((x for t in inst.stages_of(inst.placement[s])
+                       if (x := inst.overlap_factor(t, s)) is not None), default=1.0)
+                  for s in range(n)]
+            self._min_x = (tuple(min(1.0, x) for x in fx), tuple(min(1.0, x) for x in bx))
+        else:
+            self.min_duration = self.duration  # no pairs: a job lasts its duration
 
     @staticmethod
     def of(inst: Instance, ops: Iterable[Op]) -> TaskGraph:
@@ -286,6 +297,32 @@ class TaskGraph:
     def is_tail(self, op: Op) -> bool:
         """Whether ``op`` is a tail op (an optimizer step, placed by the tail rule)."""
         return op[0] == OPT
+
+    def min_duration(self, op: Op) -> float:
+        """A lower bound on the time from ``op``'s start to its end in any job: its duration,
+        or x times it where it may run in an overlapped pair of factor x (the pair lasts
+        x (F + B) >= x F, and its backward ends with it). Bounds use this, so they stay valid
+        when the solver may pair ops."""
+        if op[0] == SYNC or op[0] in _STEP_KINDS:  # never in a pair
+            return self.duration(op)
+        fx, bx = self._min_x
+        return self.duration(op) * (fx if op[0] == F else bx)[op[1]]
+
+    def device_min_work(self, device: int) -> float:
+        """A lower bound on the time a device computes (its ops' ``min_duration``)."""
+        if not self.overlap:
+            return self.inst.device_work(device)
+        return sum(self.min_duration(op) for op in self.device_ops(device))
+
+    def pair_options(self, device: int) -> Iterator[tuple[int, int, float]]:
+        """(forward stage, backward stage, factor) of every overlapped pair the instance allows
+        on ``device``."""
+        stages = self.inst.stages_of(device)
+        for a in stages:
+            for b in stages:
+                x = self.inst.overlap_factor(a, b)
+                if x is not None:
+                    yield a, b, x
 
     def job_duration(self, entry: Op | Pair) -> float:
         """An op's duration, or x (F + backward) for an overlapped pair (``pair_factor``)."""

@@ -108,6 +108,15 @@ def split_backward(sched: Schedule) -> Schedule:
     return Schedule(rows, name=f"{sched.name}+split")
 
 
+def unpair(sched: Schedule) -> Schedule:
+    """Each overlapped pair as its two halves, forward first: how a runtime without an overlap
+    kernel runs it (torch's OVERLAP_F_B without a registered function)."""
+    if not sched.has_pairs:
+        return sched
+    rows = [[op for e in row for op in ops_of(e)] for row in sched.orders]
+    return Schedule(rows, sched.name, None, dict(sched.meta))
+
+
 def fuse_backward(sched: Schedule) -> Schedule:
     """Replace each I immediately followed by the W of the same unit with one B."""
     orders = []

@@ -6,7 +6,14 @@ The instance may be left out for a schedule that carries its own (``zbsolve solv
 
 from __future__ import annotations
 
-from zbsolve.cli.common import add_json, fmt_list, given_instance, instance_for, print_json, schedule_args
+from zbsolve.cli.common import (
+    add_json,
+    fmt_list,
+    given_instance,
+    print_json,
+    schedule_and_instance,
+    schedule_args,
+)
 
 
 def register(sub) -> None:
@@ -20,11 +27,9 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    from zbsolve.export.files import load_schedule
     from zbsolve.simulate import simulate
 
-    sched = load_schedule(args.schedule)
-    inst = instance_for(given_instance(args), sched)
+    sched, inst = schedule_and_instance(args.schedule, given_instance(args))
     result = simulate(inst, sched)
     summary = {"name": sched.name, "instance": inst.name, "valid": True, **result.summary(),
                "memory_unit": inst.memory_unit, "violations": result.violations}

@@ -109,6 +109,20 @@ def instance_for(path: str | None, sched) -> Instance:
     return load_instance(sched.meta["instance"])
 
 
+def schedule_and_instance(path: str, given: str | None):
+    """Load a schedule file and the instance it is judged against. A torch CSV's OVERLAP_F_B
+    cells are overlapped pairs; where the instance allows no overlap they run as their two
+    halves, forward first, as torch's runtime runs them without a custom function."""
+    from zbsolve.export.files import load_schedule
+    from zbsolve.schedule import unpair
+
+    sched = load_schedule(path)
+    inst = instance_for(given, sched)
+    if sched.meta.get("source") == "torch-csv" and inst.overlap is None:
+        sched = unpair(sched)
+    return sched, inst
+
+
 # ---------------------------------------------------------------------- flag types
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (argparse reports the flag and the usage)."""

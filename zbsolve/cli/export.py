@@ -7,7 +7,7 @@ table and the torch CSV with comms are also proven deadlock-free with ``p2p_chec
 
 from __future__ import annotations
 
-from zbsolve.cli.common import add_json, instance_for, print_json
+from zbsolve.cli.common import add_json, print_json, schedule_and_instance
 from zbsolve.export import FORMATS
 
 STACKS = ("torchtitan", "megatron")  # training stacks: zbsolve.export.stacks
@@ -38,10 +38,8 @@ def register(sub) -> None:
 
 def handle(args) -> int:
     from zbsolve.export import write
-    from zbsolve.export.files import load_schedule
 
-    sched = load_schedule(args.schedule)
-    inst = instance_for(args.instance, sched)
+    sched, inst = schedule_and_instance(args.schedule, args.instance)
     if args.fmt in STACKS:
         return _export_stack(args, inst, sched)
     report = write(inst, sched, args.fmt, args.output, fuse_bw=args.fuse_bw)

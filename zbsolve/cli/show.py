@@ -6,7 +6,7 @@ The instance may be left out for a schedule that carries its own (``zbsolve solv
 
 from __future__ import annotations
 
-from zbsolve.cli.common import add_json, given_instance, instance_for, print_json, schedule_args
+from zbsolve.cli.common import add_json, given_instance, print_json, schedule_and_instance, schedule_args
 
 
 def register(sub) -> None:
@@ -26,7 +26,6 @@ def handle(args) -> int:
     import json
     from pathlib import Path
 
-    from zbsolve.export.files import load_schedule
     from zbsolve.plot import save_timeline
 
     table = None
@@ -40,8 +39,7 @@ def handle(args) -> int:
             from zbsolve.export.executor import ExecutorTable
 
             table = ExecutorTable.from_dict(data)
-    sched = load_schedule(path)
-    inst = instance_for(given_instance(args), sched)
+    sched, inst = schedule_and_instance(path, given_instance(args))
     if table is not None:
         _check_table_instance(table, inst)
     written = save_timeline(inst, sched, args.output, table=table, title=args.title,

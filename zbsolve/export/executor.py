@@ -17,6 +17,7 @@ argument is spelled out in the docs, and ``p2p_check`` verifies it on every tabl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +25,15 @@ from typing import Any
 
 from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Op
+from zbsolve.ops import Op, Pair, ops_of, parse_op
 from zbsolve.schedule import Schedule, fuse_backward
 
 FORMAT = "zbsolve-executor"
 VERSION = 1
 COMPUTE_KINDS = ("F", "I", "W", "B")
+PAIR_KIND = "OVERLAP_F_B"  # torch's name for a forward and a backward run as one job
 COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
-KINDS = COMPUTE_KINDS + COMM_KINDS
+KINDS = COMPUTE_KINDS + (PAIR_KIND,) + COMM_KINDS
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "executor.schema.json"
 
 
@@ -60,10 +62,15 @@ class Action:
     peer_stage: int | None = None
     batch: int | None = None
     seg: int = 0
+    pair: Pair | None = None  # the two ops of an OVERLAP_F_B action (stage/mb: its forward's)
 
     @property
     def is_comm(self) -> bool:
         return self.kind in COMM_KINDS
+
+    @property
+    def is_pair(self) -> bool:
+        return self.pair is not None
 
     @property
     def is_send(self) -> bool:
@@ -75,14 +82,29 @@ class Action:
 
     @property
     def token(self) -> str:
-        """torch pipelining syntax: ``3F12``, ``3SEND_F12``, ``4RECV_F12`` (``.g`` segment)."""
+        """torch pipelining syntax: ``3F12``, ``3SEND_F12``, ``4RECV_F12`` (``.g`` segment),
+        ``(0F7;7B3)OVERLAP_F_B``."""
+        if self.pair is not None:
+            return f"({self.pair.first};{self.pair.second}){PAIR_KIND}"
         return f"{self.stage}{self.kind}{self.mb}" + (f".{self.seg}" if self.seg else "")
 
     @property
     def op(self) -> Op:
-        if self.is_comm:
-            raise ExecutorError(f"{self.token} is a communication action, not a compute op")
+        if self.is_comm or self.pair is not None:
+            raise ExecutorError(f"{self.token} is not a single compute op")
         return Op(self.kind, self.stage, self.mb, self.seg)
+
+    @property
+    def entry(self) -> Op | Pair:
+        """The job of a compute action: its op, or its overlapped pair."""
+        return self.pair if self.pair is not None else self.op
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """The compute ops this action runs (none for communication)."""
+        if self.is_comm:
+            return ()
+        return tuple(self.pair) if self.pair is not None else (self.op,)
 
     @property
     def message(self) -> tuple[str, int | None, int | None, int, int]:
@@ -94,6 +116,9 @@ class Action:
         return (direction, self.peer_stage, self.stage, self.mb, self.seg)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.pair is not None:
+            return {"kind": PAIR_KIND, "ops": [str(op) for op in self.pair],
+                    "start": self.start, "end": self.end}
         data: dict[str, Any] = {"kind": self.kind, "stage": self.stage, "mb": self.mb}
         if self.seg:
             data["seg"] = self.seg
@@ -104,6 +129,10 @@ class Action:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Action:
+        if data["kind"] == PAIR_KIND:
+            first, second = (parse_op(t) for t in data["ops"])
+            return Action(PAIR_KIND, first.stage, first.mb, float(data["start"]),
+                          float(data["end"]), seg=first.seg, pair=Pair(first, second))
         return Action(
             kind=data["kind"], stage=int(data["stage"]), mb=int(data["mb"]),
             start=float(data["start"]), end=float(data["end"]),
@@ -135,8 +164,8 @@ class ExecutorTable:
     def microbatches(self) -> int:
         return int(self.instance["microbatches"])
 
-    def compute_orders(self) -> list[list[Op]]:
-        return [[a.op for a in row if not a.is_comm] for row in self.actions]
+    def compute_orders(self) -> list[list[Op | Pair]]:
+        return [[a.entry for a in row if not a.is_comm] for row in self.actions]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -212,7 +241,7 @@ def load_table(path: str | Path) -> ExecutorTable:
 def schedule_from_table(data: dict[str, Any] | ExecutorTable) -> Schedule:
     """The compute orders of a table as a Schedule (communication actions dropped)."""
     table = data if isinstance(data, ExecutorTable) else ExecutorTable.from_dict(data)
-    starts = {a.op: a.start for row in table.actions for a in row if not a.is_comm}
+    starts = {op: a.start for row in table.actions for a in row for op in a.ops}
     return Schedule(
         orders=table.compute_orders(),
         name=table.schedule_name,
@@ -282,9 +311,6 @@ def lower(
         raise ExecutorError(f"placement: expected 'ordered' or 'adjacent', got {placement!r}")
     if fuse_bw:
         sched = fuse_backward(sched)
-    if sched.has_pairs:
-        raise ExecutorError(f"{sched.name}: overlapped F&B pairs cannot be lowered to an "
-                            "executor table yet")
     result = validate(inst, sched)
     start, end = result.start, result.end
     xfers = transfers(inst, sched, end)
@@ -292,10 +318,16 @@ def lower(
     rows: list[list[tuple[tuple, Action]]] = [[] for _ in range(inst.devices)]
     where: dict[Op, int] = {}
     for d, order in enumerate(sched.orders):
-        for pos, op in enumerate(order):
-            where[op] = pos
-            act = Action(op.kind, op.stage, op.mb, start[op], end[op])
-            rows[d].append(((start[op], 1, pos, 0), act))
+        for pos, entry in enumerate(order):
+            head = ops_of(entry)[0]
+            for op in ops_of(entry):
+                where[op] = pos
+            if isinstance(entry, Pair):
+                act = Action(PAIR_KIND, head.stage, head.mb, start[head], end[head], seg=head.seg,
+                             pair=entry)
+            else:
+                act = Action(head.kind, head.stage, head.mb, start[head], end[head], seg=head.seg)
+            rows[d].append(((start[head], 1, pos, 0), act))
     for n, x in enumerate(xfers):
         send, recv = x.actions()
         if placement == "ordered":
@@ -342,7 +374,7 @@ def _number_batches(row: list[Action]) -> list[Action]:
         if a.is_comm:
             if not prev_comm:
                 batch += 1
-            a = Action(a.kind, a.stage, a.mb, a.start, a.end, a.peer, a.peer_stage, batch, a.seg)
+            a = dataclasses.replace(a, batch=batch)
         out.append(a)
         prev_comm = a.is_comm
     return out

@@ -112,11 +112,13 @@ def static_errors(table: ExecutorTable) -> list[str]:
                 errors.append(f"{_where(r, i, a)}: stage {a.stage} lives on rank {place[a.stage]}")
             if a.end < a.start:
                 errors.append(f"{_where(r, i, a)}: end {a.end} before start {a.start}")
-            key = (a.kind, a.stage, a.mb, a.seg)
-            if key in pos_of:
-                errors.append(f"{_where(r, i, a)}: duplicate of rank {pos_of[key][0]} "
-                              f"position {pos_of[key][1]}")
-            pos_of[key] = (r, i)
+            keys = ([(a.kind, a.stage, a.mb, a.seg)] if a.is_comm
+                    else [(op.kind, op.stage, op.mb, op.seg) for op in a.ops])
+            for key in keys:
+                if key in pos_of:
+                    errors.append(f"{_where(r, i, a)}: duplicate of rank {pos_of[key][0]} "
+                                  f"position {pos_of[key][1]}")
+                pos_of[key] = (r, i)
             if a.is_comm:
                 if not prev_comm:
                     batch += 1
@@ -193,7 +195,7 @@ def _graph_of(table: ExecutorTable) -> TaskGraph | str:
     if list(inst.placement) != list(table.placement):
         return (f"placement {table.placement} differs from its embedded instance's "
                 f"{list(inst.placement)}")
-    return TaskGraph.of(inst, (a.op for row in table.actions for a in row if not a.is_comm))
+    return TaskGraph.of(inst, (op for row in table.actions for a in row for op in a.ops))
 
 
 # ---------------------------------------------------------------------------- matching

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance
-from zbsolve.ops import Op
+from zbsolve.ops import Entry, Op, Pair, ops_of
 from zbsolve.schedule import Schedule
 
 _COMPUTE = re.compile(r"(\d+)([FIWB])(\d+)")
@@ -39,8 +39,9 @@ class TorchCSVError(ValueError):
 
 
 # ---------------------------------------------------------------------------- reading
-def parse_cell(cell: str) -> tuple[list[Op], str | None]:
-    """(compute ops in execution order, comm/other token or None). Raises ValueError."""
+def parse_cell(cell: str) -> tuple[list[Entry], str | None]:
+    """(the compute job, as a list of at most one entry, or a comm/other token). Raises
+    ValueError."""
     text = cell.strip()
     if not text:
         return [], None
@@ -58,14 +59,17 @@ def parse_cell(cell: str) -> tuple[list[Op], str | None]:
                     f"bad sub-action {part!r} in {text!r}: OVERLAP_F_B holds compute tokens "
                     "like 0F7 separated by ';'")
             ops.append(Op(sub[2], int(sub[1]), int(sub[3])))
-        if len(ops) < 2:
-            raise ValueError(f"{text!r}: OVERLAP_F_B needs at least two sub-actions")
-        return ops, None
+        if len(ops) != 2:
+            raise ValueError(f"{text!r}: OVERLAP_F_B holds a forward and a backward (two "
+                             f"sub-actions), got {len(ops)}")
+        return [Pair(ops[0], ops[1])], None
     raise ValueError(f"bad token {text!r}: expected {GRAMMAR}")
 
 
 def read_torch_csv(path: str | Path) -> Schedule:
-    """Read a torch pipelining CSV into a Schedule (compute ops only, OVERLAP_F_B expanded).
+    """Read a torch pipelining CSV into a Schedule (compute jobs only; an OVERLAP_F_B cell is
+    an overlapped ``Pair``, which ``zbsolve.schedule.unpair`` turns into its two halves for an
+    instance that allows no overlap, as torch's runtime runs it without a custom function).
 
     Communication and FSDP/grad-reduction actions are checked against the grammar and for
     duplicates, then skipped: the simulator models transfers itself.
@@ -87,7 +91,7 @@ def read_torch_csv(path: str | Path) -> Schedule:
                 ops, token = parse_cell(cell)
             except ValueError as exc:
                 raise TorchCSVError(f"{where}: {exc}") from None
-            keys: list[object] = list(ops) if token is None else [token]
+            keys: list[object] = [op for e in ops for op in ops_of(e)] if token is None else [token]
             for key in keys:
                 if key in seen:
                     r0, c0 = seen[key]
@@ -95,8 +99,7 @@ def read_torch_csv(path: str | Path) -> Schedule:
                         f"{where}: duplicate action {key} (first at row {r0 + 1}, "
                         f"column {c0 + 1}); each action may appear once")
                 seen[key] = (r, c)
-            if len(ops) > 1:
-                overlapped.append([str(op) for op in ops])
+            overlapped += [[str(op) for op in e] for e in ops if isinstance(e, Pair)]
             other += token is not None
             order.extend(ops)
         orders.append(order)
@@ -117,10 +120,8 @@ def torch_refusal(inst: Instance) -> str | None:
     return None
 
 
-def cell(entry) -> str:
+def cell(entry: Entry) -> str:
     """One job in torch's syntax: an op token, or ``(0F7;7B3)OVERLAP_F_B`` for a pair."""
-    from zbsolve.ops import Pair
-
     return f"({entry.first};{entry.second})OVERLAP_F_B" if isinstance(entry, Pair) else str(entry)
 
 
@@ -170,10 +171,11 @@ def table_rows(table: Any) -> list[list[str]]:
         out = []
         for a in row:
             out.append(a.token)
-            if a.kind in ("W", "B"):
-                count[a.stage] += 1
-                if count[a.stage] == m:
-                    out.append(f"{a.stage}REDUCE_GRAD")
+            for op in a.ops:
+                if op.kind in ("W", "B"):
+                    count[op.stage] += 1
+                    if count[op.stage] == m:
+                        out.append(f"{op.stage}REDUCE_GRAD")
         rows.append(out)
     return rows
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Op
+from zbsolve.ops import Kind, Op, Pair
 from zbsolve.schedule import Schedule, split_backward
 from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
 from zbsolve.solver.bounds import (
@@ -42,12 +42,13 @@ from zbsolve.solver.model import (
     OBJECTIVES,
     TimeScale,
     build_model,
+    microbatch_relabelling,
     scaled_instance,
-    sorted_by_microbatch,
 )
 from zbsolve.solver.progress import Progress, rel_gap
 
 METHODS = ("auto", "exact", "large")
+PAIRED_CANDIDATES, PAIRING_SECONDS = 2, 1.0  # overlap instances: candidates given F&B pairs
 EXACT_MAX_OPS = 2500  # auto: above this many ops the monolithic model stalls on 2 cores
 TOL = 1e-9
 
@@ -147,6 +148,14 @@ def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines
     serial = serial_schedule(inst)
     out.append(_Candidate(serial.name, serial, simulate(inst, serial)))
     out.sort(key=lambda c: (c.sim.value(objective), c.sim.makespan, c.sim.max_span))
+    if inst.overlap is not None:  # the best few, with overlapped pairs where they help
+        from zbsolve.solver.pairing import pair_up
+
+        for c in [c for c in out if not c.schedule.has_pairs][:PAIRED_CANDIDATES]:
+            sched, sim = pair_up(inst, c.schedule, time_limit=PAIRING_SECONDS)
+            if sched.has_pairs:
+                out.append(_Candidate(sched.name, sched, sim))
+        out.sort(key=lambda c: (c.sim.value(objective), c.sim.makespan, c.sim.max_span))
     return out
 
 
@@ -259,10 +268,9 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
 
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
-    hint_sim = simulate(si, split_backward(inc.schedule))  # integer start times
-    starts = dict(hint_sim.start)
-    if options.symmetry:
-        starts = sorted_by_microbatch(starts)
+    hint_sched = split_backward(inc.schedule)
+    hint_sim = simulate(si, hint_sched)  # integer start times
+    starts, pairs = _model_hint(hint_sched, hint_sim, options.symmetry)
     # The makespan of an ASAP-timed feasible order is attainable in the model, so it is a safe
     # upper bound (and horizon). For span only if the hint starts every device at its head (the
     # model pins that); then every op ends by max(head of a first op) + span.
@@ -276,9 +284,9 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
         if all(abs(a - b) < 0.5 for a, b in zip(firsts, h0)):
             ub = int(round(hint_sim.max_span))
             horizon = int(max(h0)) + ub + _step_slack(si)
-    sm = build_model(inst, options.objective, hint={k: int(round(v)) for k, v in starts.items()},
-                     upper_bound=ub, horizon=horizon, memory_model=options.memory_model,
-                     symmetry=options.symmetry, scale=scale)
+    sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
+                     memory_model=options.memory_model, symmetry=options.symmetry, scale=scale)
+    sm.add_hint({k: int(round(v)) for k, v in starts.items()}, pairs)
     info.update(scale=asdict(scale), model=sm.stats)
     solver = cp_model.CpSolver()
     prm = solver.parameters
@@ -300,5 +308,28 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
     if scale.memory_exact:
         bound = solver.best_objective_bound / scale.time / (1.0 + scale.time_error)
     info["cp_objective"] = solver.objective_value / scale.time
-    orders = sm.orders(sm.starts(solver))
-    return Schedule(orders, name=f"cpsat-{options.objective}"), bound
+    return Schedule(sm.entries(solver), name=f"cpsat-{options.objective}"), bound
+
+
+def _model_hint(sched: Schedule, sim: SimResult, symmetry: bool
+                ) -> tuple[dict[Op, float], list[Pair]]:
+    """The incumbent as the model sees it: every op's start in the split form (a pair's fused
+    B becomes its I and W, both at the pair's start), and its pairs; relabelled into
+    microbatch order when the model breaks that symmetry."""
+    starts = dict(sim.start)
+    pairs = [e for row in sched.orders for e in row if isinstance(e, Pair)]
+    for pair in pairs:
+        if pair.second.kind == Kind.B:
+            t = starts.pop(pair.second)
+            starts[pair.second._replace(kind=Kind.I)] = starts[pair.second._replace(kind=Kind.W)] = t
+    if not symmetry:
+        return starts, pairs
+    relabel = microbatch_relabelling(starts)
+    starts = {relabel[op]: t for op, t in starts.items()}
+
+    def moved(op: Op) -> Op:
+        if op.kind == Kind.B:
+            return relabel[op._replace(kind=Kind.I)]._replace(kind=Kind.B)
+        return relabel[op]
+
+    return starts, [Pair(moved(p.first), moved(p.second)) for p in pairs]

@@ -98,11 +98,11 @@ def serial_schedule(inst: Instance) -> Schedule:
 # ---------------------------------------------------------------------- heads and tails
 def _preds(graph: TaskGraph, op: Op, ordered: bool) -> list[tuple[Op, float]]:
     """Graph predecessors (edge weight = pred duration + delay), plus the sorted-chain edge."""
-    out = [(q, graph.duration(q) + c) for q, c in graph.preds(op)]
+    out = [(q, graph.min_duration(q) + c) for q, c in graph.preds(op)]
     if ordered:
         q = graph.same_class_prev(op)
         if q is not None:
-            out.append((q, graph.duration(q)))
+            out.append((q, graph.min_duration(q)))
     return out
 
 
@@ -141,7 +141,7 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
             _step_heads_tails(graph, head, tail)
             return HeadsTails(head, tail, False)
         for op in graph.implicit_ops():
-            head[op] = max((head[q] + graph.duration(q) + c for q, c in graph.preds(op)),
+            head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
                            default=0.0)
             tail[op] = 0.0
         if graph.has_sync:  # every unit's last op then leads to its stage's SYNC
@@ -161,14 +161,14 @@ def _step_heads_tails(graph: TaskGraph, head: dict[Op, float], tail: dict[Op, fl
     out, which only makes heads and tails smaller (valid)."""
     step = [*graph.implicit_ops(), *graph.tail_ops()]
     for op in step:
-        head[op] = max((head[q] + graph.duration(q) + c for q, c in graph.preds(op)),
+        head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
                        default=0.0)
     for op in reversed(step):
-        tail[op] = max((c + graph.duration(n) + tail[n] for n, c in graph.succs(op)),
+        tail[op] = max((c + graph.min_duration(n) + tail[n] for n, c in graph.succs(op)),
                        default=0.0)
     for op in list(tail):
         if op.kind in (Kind.W, Kind.B):
-            tail[op] = max([tail[op], *(c + graph.duration(n) + tail[n]
+            tail[op] = max([tail[op], *(c + graph.min_duration(n) + tail[n]
                                         for n, c in graph.succs(op) if n in tail
                                         and graph.device(n) is None)])
 
@@ -188,10 +188,10 @@ def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None) ->
         for q, w in preds[op]:
             # tail(q) >= w - dur(q) + dur(op) + tail(op); w - dur(q) is the comm delay
             if q in succ:
-                succ[q].append((op, w - graph.duration(q)))
+                succ[q].append((op, w - graph.min_duration(q)))
     tail: dict[Op, float] = {}
     for op in reversed(topo):
-        tail[op] = max((c + graph.duration(n) + tail[n] for n, c in succ[op]), default=0.0)
+        tail[op] = max((c + graph.min_duration(n) + tail[n] for n, c in succ[op]), default=0.0)
     return HeadsTails(head, tail, ordered)
 
 
@@ -222,7 +222,7 @@ def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
 
 def _device_jobs(inst: Instance, ht: HeadsTails, tails: bool) -> list[list[tuple[float, float, float]]]:
     graph = TaskGraph(inst)
-    return [[(ht.head[op], graph.duration(op), ht.tail[op] if tails else 0.0)
+    return [[(ht.head[op], graph.min_duration(op), ht.tail[op] if tails else 0.0)
              for op in (*graph.device_ops(d), *graph.tail_ops(d))] for d in range(inst.devices)]
 
 
@@ -235,7 +235,8 @@ def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list
 def device_lower_bounds(inst: Instance) -> list[float]:
     """Per device: earliest possible first start + total work (cheap, for large instances)."""
     ht = heads_tails(inst, ordered=False)
-    return [first_head(inst, ht, d) + inst.device_work(d) for d in range(inst.devices)]
+    graph = TaskGraph(inst)
+    return [first_head(inst, ht, d) + graph.device_min_work(d) for d in range(inst.devices)]
 
 
 def device_span_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
@@ -248,7 +249,8 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[flo
     """
     ht = ht or heads_tails(inst)
     jobs = _device_jobs(inst, ht, tails=False)
-    return [max(_one_machine_bound(jobs[d]) - first_head(inst, ht, d), inst.device_work(d))
+    graph = TaskGraph(inst)
+    return [max(_one_machine_bound(jobs[d]) - first_head(inst, ht, d), graph.device_min_work(d))
             for d in range(inst.devices)]
 
 
@@ -313,8 +315,8 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
     """
     out: list[float | None] = []
     m = inst.microbatches
-    if inst.replicas != 1 or getattr(inst, "segments", 1) != 1:
-        return [None] * inst.devices  # the argument walks one chain of unsegmented units
+    if inst.replicas != 1 or getattr(inst, "segments", 1) != 1 or inst.overlap is not None:
+        return [None] * inst.devices  # the argument walks one chain of unsegmented solo units
     heads = heads_tails(inst, ordered=False).head
     for d in range(inst.devices):
         stages = sorted(inst.stages_of(d))
@@ -361,7 +363,7 @@ def critical_path(inst: Instance) -> float:
     """Longest chain through the task graph (unlimited devices, no resource conflicts)."""
     ht = heads_tails(inst, ordered=False)
     graph = TaskGraph(inst)
-    return max(ht.head[op] + graph.duration(op) + ht.tail[op] for op in ht.head)
+    return max(ht.head[op] + graph.min_duration(op) + ht.tail[op] for op in ht.head)
 
 
 def analytic_bound(inst: Instance, objective: str = "makespan") -> float:

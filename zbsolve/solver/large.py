@@ -383,6 +383,8 @@ def improve(
     start_sim = validate(inst, sched)
     bound = quick_bound(inst, objective) if bound is None else bound
     stats = LNSStats()
+    if sched.has_pairs:  # the window model has no pair choices: keep the schedule as it is
+        return sched, start_sim, stats
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
     graph = TaskGraph(si)

@@ -38,7 +38,7 @@ from ortools.sat.python import cp_model
 
 from zbsolve.graph import START, TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Kind, Op
+from zbsolve.ops import Entry, Kind, Op, Pair
 from zbsolve.solver.bounds import analytic_bound, first_head, heads_tails
 
 OBJECTIVES = ("makespan", "span")
@@ -62,7 +62,7 @@ class TimeScale:
 
     @staticmethod
     def choose(inst: Instance) -> TimeScale:
-        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm,
+        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm, *_pair_works(inst),
                              *_step_times(inst)) if x > 0]
         t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
         if t_scale is None:
@@ -101,6 +101,16 @@ class TimeScale:
 def _step_times(inst: Instance) -> list[float]:
     """The step boundary's durations, when its jobs exist (``zbsolve.step``)."""
     return inst.step.times() if inst.step.active else []
+
+
+def _pair_works(inst: Instance) -> list[float]:
+    """x (F + I) and x (F + I + W) of every overlapped pair the instance allows: the pair
+    durations the model needs as integers too."""
+    if inst.overlap is None:
+        return []
+    graph = TaskGraph(inst)
+    return [x * (inst.F[a] + inst.I[b] + w) for d in range(inst.devices)
+            for a, b, x in graph.pair_options(d) for w in (0.0, inst.W[b])]
 
 
 def _pick_scale(values: list[float], exact: bool) -> int | None:
@@ -155,6 +165,9 @@ class ScheduleModel:
     objective_var: cp_model.IntVar
     analytic_bound: int  # in model units, on the scaled instance
     stats: dict = field(default_factory=dict)
+    pairs: list[PairChoice] = field(default_factory=list)
+    solo: dict[Op, cp_model.IntVar] = field(default_factory=dict)
+    end_var: dict[Op, cp_model.IntVar] = field(default_factory=dict)
 
     def duration(self, op: Op) -> int:
         return int(self.graph.duration(op))
@@ -170,15 +183,57 @@ class ScheduleModel:
                 rows[self.graph.device(op)].append(op)
         return rows
 
-    def add_hint(self, starts: Mapping[Op, int]) -> None:
+    def entries(self, solver: cp_model.CpSolver) -> list[list[Entry]]:
+        """Per-device jobs of a solution, by start time: ops alone and the chosen pairs."""
+        chosen = [c for c in self.pairs if solver.boolean_value(c.present)]
+        inside = {op for c in chosen for op in (c.forward, c.backward)}
+        inside |= {c.backward._replace(kind=Kind.W) for c in chosen if c.with_weight}
+        jobs: list[tuple[int, bool, int, Entry]] = [
+            (solver.value(self.start[op]), op.kind != Kind.I, self.graph.device(op), op)
+            for op in self.interval
+            if op not in inside and not self.graph.is_tail(op)]  # optimizer steps: tail rule
+        jobs += [(solver.value(c.start), False, self.graph.device(c.forward), c.entry)
+                 for c in chosen]
+        rows: list[list[Entry]] = [[] for _ in range(self.inst.devices)]
+        for _, _, d, entry in sorted(jobs, key=lambda j: (j[0], j[1])):
+            rows[d].append(entry)
+        return rows
+
+    def add_hint(self, starts: Mapping[Op, int], pairs: Sequence[Pair] = ()) -> None:
+        """Hint start times and, where the model has pair choices, which pairs run (then a
+        complete hint: every choice's literal, every end). ``pairs`` name their backward as
+        I, or as B when the pair runs the unit's fused backward."""
+        starts = dict(starts)
+        on: dict[int, int] = {}  # index of a chosen pair choice -> its start
+        wanted = {(p.first, p.second._replace(kind=Kind.I), p.second.kind == Kind.B): p
+                  for p in pairs}
+        members: dict[Op, tuple[int, int]] = {}  # op -> (start, end) inside a hinted pair
+        for k, c in enumerate(self.pairs):
+            if (c.forward, c.backward, c.with_weight) in wanted and c.forward in starts:
+                t = int(starts[c.forward])
+                on[k] = t
+                for op in (c.forward, c.backward) + (
+                        (c.backward._replace(kind=Kind.W),) if c.with_weight else ()):
+                    members[op] = (t, t + c.duration)
+                    starts[op] = t
         for op, t in starts.items():
             if op in self.start:
                 self.model.add_hint(self.start[op], int(t))
+        for k, c in enumerate(self.pairs):
+            self.model.add_hint(c.present, k in on)
+            if k in on:
+                self.model.add_hint(c.start, on[k])
+        for op, solo in self.solo.items():
+            self.model.add_hint(solo, op not in members)
+            if op in members:
+                self.model.add_hint(self.end_var[op], members[op][1])
+            elif op in starts:
+                self.model.add_hint(self.end_var[op], int(starts[op]) + self.duration(op))
 
 
-def sorted_by_microbatch(starts: Mapping[Op, float]) -> dict[Op, float]:
+def microbatch_relabelling(starts: Mapping[Op, float]) -> dict[Op, Op]:
     """Relabel microbatches so each (kind, stage, segment) runs in microbatch order (same time
-    slots, the same microbatches of that stage).
+    slots, the same microbatches of that stage): old op -> new op.
 
     Valid for any feasible schedule (bounds.py, module docstring): used to make a hint agree
     with the symmetry-breaking constraints.
@@ -186,12 +241,18 @@ def sorted_by_microbatch(starts: Mapping[Op, float]) -> dict[Op, float]:
     slots: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
     for op, t in starts.items():
         slots.setdefault((op.kind, op.stage, op.seg), []).append((t, op.mb))
-    out: dict[Op, float] = {}
+    out: dict[Op, Op] = {}
     for (kind, stage, seg), items in slots.items():
         mbs = sorted(mb for _, mb in items)
-        for mb, (t, _) in zip(mbs, sorted(items)):
-            out[Op(kind, stage, mb, seg)] = t
+        for mb, (_, old) in zip(mbs, sorted(items)):
+            out[Op(kind, stage, old, seg)] = Op(kind, stage, mb, seg)
     return out
+
+
+def sorted_by_microbatch(starts: Mapping[Op, float]) -> dict[Op, float]:
+    """``starts`` relabelled by ``microbatch_relabelling``."""
+    relabel = microbatch_relabelling(starts)
+    return {relabel[op]: t for op, t in starts.items()}
 
 
 def build_model(
@@ -224,6 +285,7 @@ def build_model(
     scale = scale or TimeScale.choose(inst)
     b = _Builder(inst, scale_=scale, objective=objective, symmetry=symmetry)
     b.variables(horizon, upper_bound, fixed, window)
+    b.pairs_exclusive()
     b.precedences(order)
     if symmetry:
         b.microbatch_order()
@@ -236,8 +298,32 @@ def build_model(
     return sm
 
 
+@dataclass(frozen=True)
+class PairChoice:
+    """An overlapped job the model may choose: F of one stage with the input backward I of
+    another stage's unit, or with that unit's whole backward (I and its W: the fused B)."""
+
+    forward: Op
+    backward: Op  # an I
+    with_weight: bool  # the pair runs the fused B (absorbs the unit's W)
+    duration: int  # model units
+    present: cp_model.IntVar
+    start: cp_model.IntVar
+    interval: cp_model.IntervalVar
+
+    @property
+    def entry(self) -> Pair:
+        bwd = self.backward._replace(kind=Kind.B) if self.with_weight else self.backward
+        return Pair(self.forward, bwd)
+
+
 class _Builder:
-    """One small method per constraint family, each building on the variables of the first."""
+    """One small method per constraint family, each building on the variables of the first.
+
+    Without overlapped pairs every device op is one fixed-size interval and its end is
+    start + duration. Where the instance allows pairs (``overlap``), an op that may be paired
+    gets an end variable and an optional solo interval; each pair choice is an optional
+    interval that pins its ops' starts and ends to its own (``pairs``)."""
 
     def __init__(self, inst: Instance, scale_: TimeScale, objective: str, symmetry: bool):
         self.inst, self.scale, self.objective_name = inst, scale_, objective
@@ -250,15 +336,20 @@ class _Builder:
         self.ht = heads_tails(self.si, ordered=symmetry, graph=self.graph)
         self.start: dict[Op, cp_model.IntVar] = {}
         self.interval: dict[Op, cp_model.IntervalVar] = {}
+        self.end_var: dict[Op, cp_model.IntVar] = {}  # ops that may run in a pair
+        self.solo: dict[Op, cp_model.IntVar] = {}
+        self.pairs: list[PairChoice] = []
         self.first: list[cp_model.IntVar] = []
         self.last: list[cp_model.IntVar] = []
 
     def end(self, op: Op):
+        if op in self.end_var:
+            return self.end_var[op]
         return self.start[op] + self.dur[op]
 
     def variables(self, horizon, upper_bound, fixed, window) -> None:
         """Ensures every op has a start inside its head/tail window and the horizon; device
-        ops also get a fixed-size interval."""
+        ops also get an interval (fixed-size, or optional where the op may be paired)."""
         si, graph = self.si, self.graph
         serial = sum(self.dur.values()) + int(si.comm) * sum(
             1 for op in self.ops for _, c in graph.preds(op) if c > 0)
@@ -266,9 +357,11 @@ class _Builder:
             horizon = (upper_bound if (self.objective_name == "makespan" and upper_bound is not None)
                        else serial)
         self.horizon = int(horizon)
+        dom: dict[Op, tuple[int, int]] = {}
         for op in self.ops:
             lo = int(self.ht.head[op])
-            hi = self.horizon - self.dur[op] - int(self.ht.tail[op])  # every op ends by the horizon
+            # every op ends by the horizon (min_duration: an op may end early inside a pair)
+            hi = self.horizon - int(math.ceil(graph.min_duration(op) - 1e-9)) - int(self.ht.tail[op])
             if window and op in window:
                 lo, hi = max(lo, window[op][0]), min(hi, window[op][1])
             if fixed and op in fixed:
@@ -276,17 +369,86 @@ class _Builder:
             if hi < lo:
                 hi = lo  # an over-tight horizon or window: the model is infeasible, CP-SAT says so
                 self.model.add_bool_or([])  # explicit contradiction rather than a crash on the domain
+            dom[op] = (lo, hi)
+        options = self._pair_options(dom) if graph.overlap and not fixed else []
+        paired = {op for fwd, bwd, _, absorbs, _ in options
+                  for op in (fwd, bwd, *((bwd._replace(kind=Kind.W),) if absorbs else ()))}
+        for op in self.ops:
+            lo, hi = dom[op]
+            if op.kind == Kind.W and op in paired:  # an absorbed W starts with its pair
+                lo = min(lo, dom[op._replace(kind=Kind.I)][0])
             self.start[op] = self.model.new_int_var(lo, hi, str(op))
-            if graph.device(op) is not None:
+            if graph.device(op) is None:
+                continue
+            if op in paired:
+                solo = self.model.new_bool_var(f"solo{op}")
+                end = self.model.new_int_var(lo, self.horizon, f"end{op}")
+                self.model.add(end == self.start[op] + self.dur[op]).only_enforce_if(solo)
+                self.solo[op], self.end_var[op] = solo, end
+                self.interval[op] = self.model.new_optional_fixed_size_interval_var(
+                    self.start[op], self.dur[op], solo, f"i{op}")
+            else:
                 self.interval[op] = self.model.new_fixed_size_interval_var(
                     self.start[op], self.dur[op], f"i{op}")
+        for option in options:
+            self._add_pair(*option)
+
+    def _pair_options(self, dom) -> list[tuple[Op, Op, int, bool, tuple[int, int]]]:
+        """The pairs worth a variable: (F, I, duration, absorbs W, start window). A pair of one
+        replica's microbatches j1 (F) and j2 (I) needs j2 < j1 under the microbatch order
+        (F(j1) precedes F(j2) and so I(j2) for j2 >= j1); a window must fit both ops."""
+        si, graph, inst, scale = self.si, self.graph, self.inst, self.scale
+        out = []
+        for d in range(si.devices):
+            for a, b, x in graph.pair_options(d):
+                for absorbs in (False, True):
+                    work = inst.F[a] + inst.I[b] + (inst.W[b] if absorbs else 0.0)
+                    length = scale.t(x * work)
+                    for j1 in si.microbatches_of(a):
+                        for j2 in si.microbatches_of(b):
+                            if j1 == j2 or (self.symmetry and si.replica_of(a) == si.replica_of(b)
+                                            and j2 > j1):
+                                continue
+                            fwd, bwd = Op(Kind.F, a, j1), Op(Kind.I, b, j2)
+                            tail = max(self.ht.tail[fwd], self.ht.tail[bwd])
+                            lo = max(dom[fwd][0], dom[bwd][0])
+                            hi = min(dom[fwd][1], dom[bwd][1], self.horizon - length - int(tail))
+                            if lo <= hi:
+                                out.append((fwd, bwd, length, absorbs, (lo, hi)))
+        return out
+
+    def _add_pair(self, fwd: Op, bwd: Op, length: int, absorbs: bool, window) -> None:
+        model = self.model
+        present = model.new_bool_var(f"pair{fwd}{bwd}{'B' if absorbs else ''}")
+        start = model.new_int_var(window[0], window[1], f"pairstart{fwd}{bwd}")
+        interval = model.new_optional_fixed_size_interval_var(start, length, present,
+                                                              f"pi{fwd}{bwd}")
+        members = (fwd, bwd) + ((bwd._replace(kind=Kind.W),) if absorbs else ())
+        for op in members:
+            model.add(self.start[op] == start).only_enforce_if(present)
+            model.add(self.end_var[op] == start + length).only_enforce_if(present)
+        self.pairs.append(PairChoice(fwd, bwd, absorbs, length, present, start, interval))
+
+    def pairs_exclusive(self) -> None:
+        """Ensures each op runs exactly once: alone or in one of its pairs."""
+        member: dict[Op, list[cp_model.IntVar]] = {op: [] for op in self.solo}
+        for c in self.pairs:
+            member[c.forward].append(c.present)
+            member[c.backward].append(c.present)
+            if c.with_weight:
+                member[c.backward._replace(kind=Kind.W)].append(c.present)
+        for op, lits in member.items():
+            self.model.add(sum(lits) + self.solo[op] == 1)
 
     def precedences(self, order: Iterable[Sequence[Op]]) -> None:
         """Ensures every op starts after its predecessors end plus the hand-off delay, and
-        the caller's kept sequences stay in order."""
+        the caller's kept sequences stay in order. An absorbed W (inside a fused-B pair) has
+        no edge from its I: the pair runs them as one op."""
         for op in self.ops:
             for pred, delay in self.graph.preds(op):
-                self.model.add(self.start[op] >= self.end(pred) + int(delay))
+                c = self.model.add(self.start[op] >= self.end(pred) + int(delay))
+                if op.kind == Kind.W and op in self.solo:
+                    c.only_enforce_if(self.solo[op])
         for seq in order:
             for a, c in zip(seq, seq[1:]):
                 self.model.add(self.start[c] >= self.end(a))
@@ -304,7 +466,8 @@ class _Builder:
         si, graph, model = self.si, self.graph, self.model
         for d in range(si.devices):
             dev_ops = list(graph.device_ops(d))
-            model.add_no_overlap([self.interval[op] for op in dev_ops])
+            model.add_no_overlap([self.interval[op] for op in dev_ops]
+                                 + [c.interval for c in self.pairs if graph.device(c.forward) == d])
             f = model.new_int_var(0, self.horizon, f"first{d}")
             e = model.new_int_var(0, self.horizon, f"last{d}")
             # A device's first op is an F and its last a W or B (every backward of d follows an
@@ -329,12 +492,13 @@ class _Builder:
                     model.add_min_equality(f, [self.start[op] for op in dev_ops if op.kind == Kind.F])
                 model.add(f == int(first_head(si, self.ht, d)))
             if redundant:
-                model.add(e >= f + int(si.device_work(d)))
+                model.add(e >= f + int(math.ceil(graph.device_min_work(d) - 1e-9)))
             if self.symmetry:
                 _add_memory_precedences(model, si, d, self.start, self.dur)
             self.first.append(f)
             self.last.append(e)
-            _add_memory(model, si, graph, d, self.start, self.dur, self.horizon, memory_model)
+            _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
+                        memory_model)
 
     def step_tails(self, redundant: bool) -> None:
         """Ensures each device runs its optimizer steps one at a time after its last pipeline
@@ -374,8 +538,10 @@ class _Builder:
             model.add(obj <= int(upper_bound))
         model.minimize(obj)
         return ScheduleModel(model, self.inst, si, self.graph, self.scale, self.objective_name,
-                             self.horizon, self.start, self.interval, self.first, self.last, obj,
-                             lb, {"ops": len(self.ops), "horizon": self.horizon})
+                             self.horizon, self.start, self.interval, self.first, self.last,
+                             obj, lb, {"ops": len(self.ops), "horizon": self.horizon,
+                                       "pair_choices": len(self.pairs)},
+                             pairs=self.pairs, solo=self.solo, end_var=self.end_var)
 
 
 def _leads(si: Instance, d: int) -> list[Op]:
@@ -392,6 +558,7 @@ def _add_memory(
     graph: TaskGraph,
     d: int,
     start: dict[Op, cp_model.IntVar],
+    end,
     dur: dict[Op, int],
     horizon: int,
     memory_model: str,
@@ -406,7 +573,7 @@ def _add_memory(
         return
 
     def at(op: Op, edge: int):
-        return start[op] if edge == START else start[op] + dur[op]
+        return start[op] if edge == START else end(op)
 
     if memory_model == "reservoir":
         times, changes = [], []
@@ -418,7 +585,7 @@ def _add_memory(
     intervals, demands = [], []
     for lt in lifetimes:
         born, dies = at(lt.born, lt.born_at), at(lt.dies, lt.dies_at)
-        min_size = dur[lt.born] if lt.born_at == START else 0
+        min_size = dur[lt.born] if lt.born_at == START and not graph.overlap else 0
         size = model.new_int_var(min_size, horizon, f"life{lt.dies}")
         intervals.append(model.new_interval_var(born, size, dies, f"mem{lt.dies}"))
         demands.append(int(lt.amount))
@@ -435,8 +602,9 @@ def in_flight_caps(inst: Instance, d: int) -> dict[int, int]:
     for L = floor(limit / A_s). Only the stages where this leaves L < m are returned.
     """
     limit = inst.limit[d]
-    if limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1:
-        return {}  # the argument walks one chain of unsegmented units
+    if (limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1
+            or inst.overlap is not None):
+        return {}  # the argument walks one chain of unsegmented solo units
     limit -= inst.resident(d)
     out = {}
     stages = sorted(inst.stages_of(d))
