@@ -77,9 +77,13 @@ class Timing:
 
 
 def summarize(timings: list[Timing], step: int, predicted_makespan: float,
-              predicted_step: dict[str, Any] | None = None) -> dict[str, Any]:
+              predicted_step: dict[str, Any] | None = None, boundary_counts: bool = False
+              ) -> dict[str, Any]:
     """Per-kind means, step time and ratios for one step (usually the last, warmed-up one);
-    with a step boundary, also its share per rank, measured and predicted."""
+    with a step boundary, also its share per rank, measured and predicted. ``boundary_counts``:
+    the step's time runs to its last boundary stamp (modes sync and post-validation), else to
+    the pipeline's last action (mode none: what its prediction counts; the optimizer steps are
+    still timed, in ``step_boundary``)."""
     rows = [t for t in timings if t.step == step]
     compute = [t for t in rows if t.kind in KINDS]
     measured: dict[str, list[float]] = defaultdict(list)
@@ -87,7 +91,8 @@ def summarize(timings: list[Timing], step: int, predicted_makespan: float,
     for t in compute:
         measured[t.kind].append(t.end_ms - t.start_ms)
         predicted[t.kind].append((t.pred_end or 0.0) - (t.pred_start or 0.0))
-    step_ms = max((t.end_ms for t in rows), default=0.0)
+    counted = rows if boundary_counts else [t for t in rows if t.kind not in BOUNDARY_KINDS]
+    step_ms = max((t.end_ms for t in counted), default=0.0)
     total_measured = sum(sum(v) for v in measured.values())
     total_predicted = sum(sum(v) for v in predicted.values())
     unit_ms = total_measured / total_predicted if total_predicted > 0 else float("nan")
@@ -109,7 +114,7 @@ def summarize(timings: list[Timing], step: int, predicted_makespan: float,
     waits = sum(t.end_ms - t.start_ms for t in rows if t.kind == "WAIT")
     extra = {}
     if any(t.kind in BOUNDARY_KINDS for t in rows):
-        extra["step_boundary"] = boundary_summary(rows, step_ms, predicted_step)
+        extra["step_boundary"] = boundary_summary(rows, predicted_step)
     return {
         **extra,
         "step": step,
@@ -123,8 +128,7 @@ def summarize(timings: list[Timing], step: int, predicted_makespan: float,
     }
 
 
-def boundary_summary(rows: list[Timing], step_ms: float,
-                     predicted: dict[str, Any] | None) -> dict[str, Any]:
+def boundary_summary(rows: list[Timing], predicted: dict[str, Any] | None) -> dict[str, Any]:
     """Per rank: when its pipeline ended, its optimizer steps' time and the boundary's end;
     the step's share after the pipeline, measured and predicted (instance units)."""
     ranks = sorted({t.rank for t in rows})
@@ -139,8 +143,9 @@ def boundary_summary(rows: list[Timing], step_ms: float,
             "end_ms": max(t.end_ms for t in mine),
         }
     pipeline_end = max(v["pipeline_end_ms"] for v in per_rank.values())
+    end = max(v["end_ms"] for v in per_rank.values())
     out: dict[str, Any] = {"per_rank": per_rank, "pipeline_end_ms": pipeline_end,
-                           "boundary_ms": step_ms - pipeline_end}
+                           "end_ms": end, "boundary_ms": end - pipeline_end}
     if predicted:
         out["predicted_pipeline_end"] = predicted.get("pipeline_end")
         out["predicted_boundary"] = predicted.get("boundary")

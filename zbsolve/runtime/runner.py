@@ -445,13 +445,15 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         report["timing"] = {"step": last, "step_ms": step_ms, "mean_ms": {},
                             "predicted_makespan": predicted_makespan}
     else:
-        report["timing"] = summarize(flat, last, predicted_makespan, table.predicted.get("step"))
+        report["timing"] = summarize(flat, last, predicted_makespan, table.predicted.get("step"),
+                                     boundary_counts=mode != "none")
         if job.trace:
             import json
 
+            from zbsolve.files import write_text_atomic
+
             trace = chrome_trace(flat, last, report["timing"]["unit_ms"],
                                  report["peak_activation_bytes"])
-            with open(job.trace, "w") as fh:
-                json.dump(trace, fh)
+            write_text_atomic(job.trace, json.dumps(trace))
             report["trace"] = job.trace
     return report
