@@ -218,7 +218,8 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         active = [m for m in opts.step_modes if m != "none"]
         if active:
             times = measure_step_times(cfg.to_dict(), inst.stages, repeats=opts.repeats,
-                                       warmup=opts.warmup, threads=opts.threads)
+                                       warmup=opts.warmup, threads=opts.threads,
+                                       clock=opts.clock)
             step_times[layout.name] = times.to_dict()
         for mode in active:
             stepped = inst.with_(step=step_section(times, mode, inst.placement, inst.comm))

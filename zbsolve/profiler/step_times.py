@@ -17,7 +17,6 @@ mode's step with the figures its runner really pays:
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,23 +34,24 @@ class StepTimes:
                 "snapshot": list(self.snapshot)}
 
 
-def _median_ms(work, repeats: int, warmup: int) -> float:
+def _median_ms(watch, work, repeats: int, warmup: int) -> float:
     samples = []
     for k in range(warmup + repeats):
-        t0 = time.perf_counter()
-        work()
+        ms, _ = watch.time(work)
         if k >= warmup:
-            samples.append((time.perf_counter() - t0) * 1e3)
+            samples.append(ms)
     return statistics.median(samples)
 
 
 def measure_step_times(model: dict[str, Any], stages: int, optimizer: str = "sgd",
                        lr: float | None = None, repeats: int = 10, warmup: int = 3,
-                       threads: int = 1) -> StepTimes:
-    """Time each stage's step-boundary work on its modules (CPU, ``threads`` torch threads),
-    with gradients of the parameters' shapes (their values do not change the time)."""
+                       threads: int = 1, clock: str = "wall") -> StepTimes:
+    """Time each stage's step-boundary work on its modules (CPU, ``threads`` torch threads,
+    the profiler's ``clock``), with gradients of the parameters' shapes (their values do not
+    change the time)."""
     import torch
 
+    from zbsolve.profiler.timing import Stopwatch
     from zbsolve.runtime.optim import DEFAULT_LR, OptimizerSpec, Snapshot, grad_state
     from zbsolve.runtime.workload import workload_for
 
@@ -61,6 +61,7 @@ def measure_step_times(model: dict[str, Any], stages: int, optimizer: str = "sgd
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     out: dict[str, list[float]] = {"step": [], "norm": [], "snapshot": []}
+    watch = Stopwatch(clock=clock)
     try:
         gen = torch.Generator().manual_seed(0)
         for module in work.stages:
@@ -68,9 +69,10 @@ def measure_step_times(model: dict[str, Any], stages: int, optimizer: str = "sgd
             for p in params:
                 p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype) * 1e-3
             opt = spec.make(params)
-            out["step"].append(_median_ms(opt.step, repeats, warmup))
-            out["norm"].append(_median_ms(lambda ps=params: grad_state(ps), repeats, warmup))
-            out["snapshot"].append(_median_ms(lambda o=opt, ps=params: Snapshot(o, ps),
+            out["step"].append(_median_ms(watch, opt.step, repeats, warmup))
+            out["norm"].append(_median_ms(watch, lambda ps=params: grad_state(ps), repeats,
+                                          warmup))
+            out["snapshot"].append(_median_ms(watch, lambda o=opt, ps=params: Snapshot(o, ps),
                                               repeats, warmup))
     finally:
         torch.set_num_threads(previous)
