@@ -320,7 +320,8 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
                               len(table.actions[ctx.rank]))
         timings += stamps
         boundary.append({"decision": b.decision.label if mode != "none" else "unchecked",
-                         "norm": b.decision.norm, "redone": b.redone})
+                         "norm": b.decision.norm, "redone": b.redone,
+                         "rolled_back": b.rolled_back})
     final = {n: p.detach().cpu().clone() for n, p in params.items()}
     notes = sorted({n for r in runners.values() for n in getattr(r, "notes", ())})
     return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks,
@@ -434,6 +435,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
             "norms": [b["norm"] for b in gathered[0].get("boundary", [])],
             "redone": [sorted(s for g in gathered for s in g["boundary"][k]["redone"])
                        for k in range(len(decisions))],
+            "rolled_back": [sorted(s for g in gathered for s in g["boundary"][k]["rolled_back"])
+                            for k in range(len(decisions))],
         },
         "peak_activation_bytes": [g["steps"][last]["peak_bytes"] for g in gathered],
         "cuda_max_memory_allocated": [g["cuda_peaks"][last] if g["cuda_peaks"] else None

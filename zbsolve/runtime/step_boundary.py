@@ -54,7 +54,9 @@ class Boundary:
     comm_device: torch.device  # where collective payloads live (CPU for gloo)
     stamps: list[tuple[str, int, Any, Any]] = field(default_factory=list)  # kind, stage, t0, t1
     decision: Decision | None = None
-    redone: list[int] = field(default_factory=list)  # stages whose speculative step fell
+    redone: list[int] = field(default_factory=list)  # stages that took the decided step late
+    rolled_back: list[int] = field(default_factory=list)  # of those, the ones that had stepped
+    #                                                        speculatively (snapshot restored)
 
     @property
     def last_stage(self) -> int:
@@ -142,6 +144,7 @@ def step_post_validation(b: Boundary) -> None:
         def redo(s: StageStep = s, t: int = t, decision: Decision = decision) -> None:
             if stepped[t]:
                 snaps[t].restore(s.opt)
+                b.rolled_back.append(t)
             apply(s.opt, s.params, decision)
 
         b.timed("REDO", t, redo)
