@@ -10,6 +10,7 @@ noise of an attention key bias's zero gradient into learning-rate-sized updates,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -121,5 +122,8 @@ def test_global_decisions_need_a_step_mode():
     with pytest.raises(TableMismatch, match="need the step's global state"):
         step_mode_of(table, RunOptions(step_mode="none", clip=1.0))
     assert step_mode_of(table, RunOptions()) == "sync"  # the table's instance says so
+    twice = dataclasses.replace(table, instance={**table.instance, "replicas": 2})
+    with pytest.raises(TableMismatch, match="covers one model replica"):
+        step_mode_of(twice, RunOptions(step_mode="post-validation"))
     with pytest.raises(ValueError, match="optimizer: expected one of sgd, adamw"):
         OptimizerSpec("lamb").check()

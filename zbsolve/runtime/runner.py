@@ -78,6 +78,10 @@ def step_mode_of(table: ExecutorTable, opts: RunOptions) -> str:
     if mode not in MODES:
         raise TableMismatch(f"step mode: expected one of {', '.join(MODES)}, got {mode!r}")
     opts.optimizer_spec.check()
+    if mode != "none" and int(table.instance.get("replicas", 1)) != 1:
+        raise TableMismatch(f"step mode {mode}: the runner's step boundary covers one model "
+                            "replica (with two, each stage's gradients exist twice and the "
+                            "global norm would count them twice); run this table with --step none")
     if mode == "none" and (opts.clip is not None or opts.inject_inf is not None):
         raise TableMismatch("clipping by the global gradient norm and the NaN/Inf check need "
                             "the step's global state: run with step mode sync or "
