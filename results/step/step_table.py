@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from zbsolve.files import write_text_atomic
 from zbsolve.instance import load_instance
+from zbsolve.io import atomic_write_text
 from zbsolve.step_report import csv_text, family_rows, layouts, markdown, solver_rows
 
 TIME_LIMIT = float(sys.argv[1]) if len(sys.argv) > 1 else 30.0
@@ -41,6 +41,6 @@ md = (f"# Step time by step mode: {base.name}, step {STEP}, memory unlimited\n\n
       f"Solver: {TIME_LIMIT:g} s per solve, 2 workers, seed 0. Whole run {wall:.0f} s wall on "
       f"the shared 2-core machine; load average (1/5/15 min) {load_start} at the start, "
       f"{load()} at the end.\n\n" + markdown(rows))
-write_text_atomic(OUT / "step_table.csv", csv_text(rows))
-write_text_atomic(OUT / "step_table.md", md)
+atomic_write_text(OUT / "step_table.csv", csv_text(rows))
+atomic_write_text(OUT / "step_table.md", md)
 print(md)

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from zbsolve.export.executor import Action, ExecutorTable
-from zbsolve.runtime.iw_split import MemoryTracker, StageRunner
+from zbsolve.runtime.iw_split import MemoryTracker
 from zbsolve.runtime.measure import Clock, Timing, chrome_trace, summarize
 from zbsolve.runtime.model import GPTConfig, layer_split
 from zbsolve.runtime.optim import DEFAULT_LR, OptimizerSpec, TrainSpec, inject_inf
@@ -57,6 +57,7 @@ class RunOptions:
     timeout_s: float = 60.0
     rtol: float = 1e-5
     threads: int = 1  # torch intra-op threads per rank on CPU
+    allow_over_memory: bool = False  # run a table over its instance's memory limit
     fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
     hang_at: tuple[int, int] | None = None  # (rank, action index): stall there (tests)
     optimizer: str = "sgd"  # sgd | adamw (zbsolve.runtime.optim)
@@ -111,22 +112,39 @@ class RankContext:
     opts: RunOptions
 
 
-def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any]) -> None:
-    """Refuse, before anything runs, a table that cannot run on this launch and model."""
+def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any],
+                engine: str = "ours", *, allow_over_memory: bool = False) -> None:
+    """Refuse, before anything runs, a table that cannot run on this launch, model and engine.
+
+    First what the table gets wrong by itself (``zbsolve.export.judge.judge_table``): its
+    embedded instance, layout and fused-backward flag, its compute order (the simulator), its
+    own SEND/RECV actions (``p2p_check``, blocking and batched) and its instance's memory limit
+    (unless ``allow_over_memory``); then what does not fit this launch: the world size, a
+    model with fewer layers than the table has stages, segments on torch's engine or a model
+    without segment support.
+    """
+    from zbsolve.export.judge import judge_table
+
+    verdict = judge_table(table, allow_over_memory=allow_over_memory)
+    if not verdict.ok:
+        hint = ""
+        if verdict.problems[0].startswith("memory:"):
+            hint = " (run it anyway with --allow-over-memory)"
+        raise TableMismatch(
+            f"table {table.schedule_name!r} cannot run: {verdict.summary_line()}{hint}")
     if table.ranks != world:
         raise TableMismatch(
             f"table {table.schedule_name!r} is for {table.ranks} ranks but the launch has world "
             f"size {world}: use --nproc {table.ranks} (or torchrun --nproc-per-node/--nnodes "
             f"giving {table.ranks} ranks), or export the schedule for {world} devices"
         )
-    if len(table.placement) != table.stages or table.stages < 1:
-        raise TableMismatch("table placement: expected one rank per logical stage")
-    outside = sorted({r for r in table.placement if not 0 <= r < world})
-    if outside:
-        raise TableMismatch(f"table placement names rank(s) {outside} outside 0..{world - 1}")
-    empty = sorted(set(range(world)) - set(table.placement))
-    if empty:
-        raise TableMismatch(f"table placement leaves rank(s) {empty} without a stage")
+    # (a placement naming a rank outside 0..world-1 or leaving one without a stage is refused
+    # above: the embedded instance must load, and its placement must be the table's)
+    if int(table.instance.get("segments", 1)) > 1:
+        if engine == "torch":
+            raise TableMismatch("engine torch: torch's pipelining runtime has no sequence "
+                                "segments; run segmented tables with --engine ours")
+        _check_segmented(table, cfg)
     if isinstance(cfg, dict):
         if not is_layered(cfg):
             cfg = GPTConfig(**cfg)
@@ -142,14 +160,49 @@ def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any
         raise TableMismatch(str(exc)) from None
 
 
+def _check_segmented(table: ExecutorTable, cfg: GPTConfig | dict[str, Any]) -> None:
+    from zbsolve.export.executor import instance_of
+    from zbsolve.runtime.segmented import check_segments
+
+    kind = cfg.get("kind", "gpt") if isinstance(cfg, dict) else "gpt"
+    seq = (cfg.seq if isinstance(cfg, GPTConfig) else cfg.get("seq")) if kind == "gpt" else None
+    try:
+        check_segments(str(kind), instance_of(table).segment_lengths,
+                       int(seq) if seq is not None else GPTConfig().seq)
+    except ValueError as exc:
+        raise TableMismatch(f"table {table.schedule_name!r}: {exc}") from None
+
+
+def table_segments(table: ExecutorTable, work: Workload) -> tuple[int, ...] | None:
+    """Token lengths of the table's sequence segments (None: whole microbatches); ValueError
+    when the model cannot run segments (:mod:`zbsolve.runtime.segmented`)."""
+    k = int(table.instance.get("segments", 1))
+    if k == 1:
+        return None
+    from zbsolve.export.executor import instance_of
+    from zbsolve.runtime.segmented import check_segments
+
+    seq = work.boundary[1] if work.label == "gpt" else None
+    return check_segments(work.label, instance_of(table).segment_lengths, seq)
+
+
 # ---------------------------------------------------------------------- our engine
 @dataclass
 class _RankState:
-    runners: dict[int, StageRunner]
+    runners: dict[int, Any]  # StageRunner, GraphStageRunner or SegmentedStageRunner
     p2p: P2P
-    local_fwd: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-    local_bwd: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-    to_send: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
+    segmented: bool = False  # the table runs (microbatch, segment) units
+    local_fwd: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
+    local_bwd: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
+    to_send: dict[tuple[str, int, int, int], torch.Tensor] = field(default_factory=dict)
+
+
+def _piece(work: Workload, runner: Any, t: torch.Tensor, mb: int, seg: int,
+           segmented: bool) -> torch.Tensor:
+    """Microbatch ``mb``'s rows of a step's tokens or targets (only segment ``seg``'s columns
+    when the table runs segments)."""
+    t = work.microbatch(t, mb)
+    return runner.segment(t, seg) if segmented else t
 
 
 def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Workload,
@@ -173,8 +226,9 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Work
             t0 = clock.mark()
             batch = []
             for b in actions[i:j]:
-                payload = st.to_send.pop((b.kind[-1], b.stage, b.mb), None) if b.is_send else None
-                batch.append((b.kind, b.stage, b.mb, b.peer, payload))
+                payload = (st.to_send.pop((b.kind[-1], b.stage, b.mb, b.seg), None)
+                           if b.is_send else None)
+                batch.append((b.kind, b.stage, b.mb, b.seg, b.peer, payload))
             st.p2p.post(batch)
             t1 = clock.mark()
             for k in range(i, j):
@@ -185,48 +239,50 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Work
         runner = st.runners.get(a.stage)
         if runner is None:
             raise RuntimeError(f"rank {ctx.rank}: action {a.token} is for a stage not on this rank")
-        s, mb = a.stage, a.mb
+        s, mb, g = a.stage, a.mb, a.seg
+        unit = {"seg": g} if st.segmented else {}  # whole-microbatch runners take no segment
         if a.kind == "F":
             if runner.is_first:
-                x = work.microbatch(tokens, mb).to(ctx.device)
-            elif (s, mb) in st.local_fwd:
-                x = st.local_fwd.pop((s, mb))
+                x = _piece(work, runner, tokens, mb, g, st.segmented).to(ctx.device)
+            elif (s, mb, g) in st.local_fwd:
+                x = st.local_fwd.pop((s, mb, g))
             else:
                 w0 = clock.mark()
-                x = st.p2p.take("F", s, mb)
+                x = st.p2p.take("F", s, mb, g)
                 stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
             t0 = clock.mark()
-            tgt = work.microbatch(targets, mb).to(ctx.device) if runner.is_last else None
-            out = runner.forward(mb, x, tgt)
+            tgt = (_piece(work, runner, targets, mb, g, st.segmented).to(ctx.device)
+                   if runner.is_last else None)
+            out = runner.forward(mb, x, tgt, **unit)
             t1 = clock.mark()
             if not runner.is_last:
                 if s + 1 in st.runners:
-                    st.local_fwd[(s + 1, mb)] = out
+                    st.local_fwd[(s + 1, mb, g)] = out
                 else:
-                    st.to_send[("F", s, mb)] = out
+                    st.to_send[("F", s, mb, g)] = out
         elif a.kind in ("I", "B"):
             grad = None
             if not runner.is_last:
-                if (s, mb) in st.local_bwd:
-                    grad = st.local_bwd.pop((s, mb))
+                if (s, mb, g) in st.local_bwd:
+                    grad = st.local_bwd.pop((s, mb, g))
                 else:
                     w0 = clock.mark()
-                    grad = st.p2p.take("B", s, mb)
+                    grad = st.p2p.take("B", s, mb, g)
                     stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
             t0 = clock.mark()
             if a.kind == "I":
-                grad_in = runner.backward_input(mb, grad)
+                grad_in = runner.backward_input(mb, grad, **unit)
             else:
-                grad_in = runner.backward(mb, grad)
+                grad_in = runner.backward(mb, grad, **unit)
             t1 = clock.mark()
             if not runner.is_first:
                 if s - 1 in st.runners:
-                    st.local_bwd[(s - 1, mb)] = grad_in
+                    st.local_bwd[(s - 1, mb, g)] = grad_in
                 else:
-                    st.to_send[("B", s, mb)] = grad_in
+                    st.to_send[("B", s, mb, g)] = grad_in
         elif a.kind == "W":
             t0 = clock.mark()
-            runner.backward_weight(mb)
+            runner.backward_weight(mb, **unit)
             t1 = clock.mark()
         else:
             raise RuntimeError(f"rank {ctx.rank}: unknown action kind {a.kind!r}")
@@ -281,15 +337,26 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
     mode = step_mode_of(table, ctx.opts)
     modules = work.stages
     memory = MemoryTracker()
-    runners = {
-        s: work.make_runner(modules[s].to(ctx.device), s, S, work.loss_fn, 1.0 / m, memory)
-        for s in mine
-    }
+    lengths = table_segments(table, work)
+    if lengths is None:
+        runners = {
+            s: work.make_runner(modules[s].to(ctx.device), s, S, work.loss_fn, 1.0 / m, memory)
+            for s in mine
+        }
+        shapes: tuple[tuple[int, ...], ...] = ()
+    else:
+        from zbsolve.runtime.segmented import SegmentedStageRunner
+
+        runners = {s: SegmentedStageRunner(modules[s].to(ctx.device), s, S, work.loss_fn,
+                                           1.0 / m, memory, lengths) for s in mine}
+        b, _, h = work.boundary
+        shapes = tuple((b, n, h) for n in lengths)
     params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
     stage_steps = _stage_steps(ctx, work, mine, table)
     p2p = P2P(ctx.device, work.boundary, ctx.opts.timeout_s,
-              stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda")
-    state = _RankState(runners, p2p)
+              stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda",
+              segment_shapes=shapes)
+    state = _RankState(runners, p2p, segmented=lengths is not None)
     clock = Clock(ctx.device)
     timings: list[Timing] = []
     steps: list[dict[str, Any]] = []
@@ -377,7 +444,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     if job.options:
         ctx = dataclasses.replace(ctx, opts=dataclasses.replace(ctx.opts, **job.options))
     table = ExecutorTable.from_dict(job.table)
-    check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model))
+    check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model),
+                job.engine, allow_over_memory=ctx.opts.allow_over_memory)
     work = workload_for(job.model, table.stages, table.instance)
     mode = step_mode_of(table, ctx.opts)
     if job.engine == "ours":
@@ -429,6 +497,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "worst": cmp.worst,
         "checked": cmp.checked,
         "missing": cmp.missing,
+        "nonfinite": cmp.nonfinite,
+        "mismatched": cmp.mismatched,
         "rtol": ctx.opts.rtol,
         "ok": cmp.ok(ctx.opts.rtol) and decisions_ok,
         "step_boundary": {
@@ -457,10 +527,10 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         if job.trace:
             import json
 
-            from zbsolve.files import write_text_atomic
+            from zbsolve.io import atomic_write_text
 
             trace = chrome_trace(flat, last, report["timing"]["unit_ms"],
                                  report["peak_activation_bytes"])
-            write_text_atomic(job.trace, json.dumps(trace))
+            atomic_write_text(job.trace, json.dumps(trace))
             report["trace"] = job.trace
     return report
