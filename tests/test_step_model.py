@@ -19,7 +19,7 @@ from zbsolve.instance import InstanceError, load_instance
 from zbsolve.ops import Op, parse_op
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import ScheduleError, simulate
-from zbsolve.step import StepError, StepSpec, for_mode, with_mode
+from zbsolve.step import MODES, StepError, StepSpec, for_mode, with_mode
 
 STEP = {"optimizer": [2.0, 1.0], "allreduce": 0.5, "check": 1.0}
 
@@ -226,3 +226,23 @@ def test_cli_baselines_and_solve_with_step(tmp_path, capsys):
     make_instance(p=2, m=4).dump(plain)
     assert main(["baselines", str(plain), "--step", "sync"]) == 2
     assert "--step sync: the instance gives no step times" in capsys.readouterr().err
+
+
+def test_step_with_sequence_segments():
+    """Seq1F1B on 2 devices, 2 segments, m=4 (F=I=W=2 per microbatch): the pipeline ends at 27.
+    sync: + check 1 + optimizer 1; post-validation: the last device steps right away (comm 0,
+    so the partial state's chain ends with it). AR waits for every segment's W."""
+    from zbsolve.baselines import generate
+
+    base = dict(name="seg", devices=2, microbatches=4, times=dict(F=2, I=2, W=2), comm=0,
+                segments=2, step=dict(optimizer=1, check=1))
+    ends = {}
+    for mode in MODES:
+        inst = load_instance({**base, "step": {**base["step"], "mode": mode}})
+        ends[mode] = simulate(inst, generate("seq1f1b", inst)).makespan
+        if mode != "none":
+            graph = TaskGraph(inst)
+            ar = next(op for op in graph.implicit_ops() if op.kind == "AR" and op.stage == 0)
+            assert sorted(q for q, _ in graph.preds(ar)) == sorted(
+                Op("W", 0, j, g) for j in range(4) for g in range(2))
+    assert ends == {"none": 27, "sync": 29, "post-validation": 28}
