@@ -13,7 +13,8 @@ from zbsolve.bench import _shipped, build_cases, meets, run_case
 def test_cases_cover_the_issue_benchmark():
     cases = build_cases(REFERENCE)
     assert Counter(c.family for c in cases) == {
-        "iclr-1p": 12, "iclr-2p": 12, "zbv": 9, "vmin": 9, "vhalf": 9, "small": 6, "large": 2}
+        "iclr-1p": 12, "iclr-2p": 12, "zbv": 9, "vmin": 9, "vhalf": 9, "small": 6, "large": 2,
+        "chimera": 4, "dualpipe": 8, "dualpipev": 8}
     by_id = {c.id: c for c in cases}
     assert by_id["iclr-1p/1.5b-p8-m24"].inst.limit == (8.0,) * 8
     assert by_id["iclr-2p/1.5b-p8-m24"].inst.limit == (16.0,) * 8
@@ -22,6 +23,10 @@ def test_cases_cover_the_issue_benchmark():
     # anchor step time from the published bubble: T = m (F+I+W) / (1 - bubble)
     c = by_id["iclr-1p/1.5b-p8-m24"]
     assert c.anchor_time() == pytest.approx(24 * (18.52 + 18.09 + 9.34) / (1 - 0.1585))
+    # the bidirectional families: limited to their own peak, anchored at their own makespan
+    d = by_id["dualpipe/p4-m8"]
+    assert d.inst.replicas == 2 and d.inst.limit == (6.8,) * 4
+    assert d.anchor_time() == pytest.approx(399.07)
 
 
 def test_a_shipped_instance_that_disagrees_with_its_row_is_refused():

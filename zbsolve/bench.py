@@ -9,7 +9,9 @@ Cases (ids are ``family/name``):
 * ``vmin``, ``vhalf``: vshape_unit_cost.csv at unit cost, limit = the published V-Min / V-Half
   peak, anchors V-Min / V-Half;
 * ``small``: instances of <= 800 ops that should be proven optimal (gap <= 0.1%) within 60 s;
-* ``large``: p=32, m=256 (one and two chunks), makespan, goal <= 1% above the lower bound in 120 s.
+* ``large``: p=32, m=256 (one and two chunks), makespan, goal <= 1% above the lower bound in 120 s;
+* ``chimera``, ``dualpipe``, ``dualpipev``: the bidirectional and overlapped families at their own
+  peak memory, anchor their own makespan (``zbsolve.bench_bidirectional``).
 
 Anchors are step times recovered from the published bubble rates, T = work / (1 - bubble) with
 work = one device's m·(F+I+W) (all devices equal in these settings). The rates are printed with
@@ -38,7 +40,8 @@ from zbsolve.data import instances_dir, reference_dir
 from zbsolve.instance import Instance, load_instance
 
 ROUNDING = 0.00005  # half a unit of the 4th decimal of the published bubble rates
-FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large")
+FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large", "chimera",
+            "dualpipe", "dualpipev")
 SMALL_INSTANCES = (
     "seed/teaching-p4-m8.yaml", "seed/teaching-p4-m16.yaml", "seed/teaching-p4-m8-v2.yaml",
     "seed/teaching-p4-m8-b1.yaml", "seed/teaching-p8-m32.yaml", "vshape/vshape-p4-m8.yaml",
@@ -58,7 +61,9 @@ class Case:
 
     @property
     def ops(self) -> int:
-        return 3 * self.inst.stages * self.inst.microbatches
+        from zbsolve.graph import TaskGraph
+
+        return TaskGraph(self.inst).count()
 
     def anchor_time(self, slack: float = 0.0) -> float | None:
         """The anchor's step time (same metric as the objective) from its bubble rate."""
@@ -158,13 +163,16 @@ def build_cases(ref: Path | None = None, time_limit: float = 20.0, quick: bool =
     ref = ref or default_reference()
     if quick:
         time_limit, small_limit, large_limit = min(time_limit, 5.0), 10.0, 20.0
+    from zbsolve import bench_bidirectional
+
     cases = (iclr_cases(ref, 1, time_limit) + iclr_cases(ref, 2, time_limit)
              + zbv_cases(ref, time_limit) + vshape_cases(ref, time_limit)
-             + small_cases(small_limit) + large_cases(ref, large_limit))
+             + small_cases(small_limit) + large_cases(ref, large_limit)
+             + bench_bidirectional.cases(time_limit, Case))
     if quick:
         keep = ("iclr-1p/1.5b-p8-m24", "iclr-2p/1.5b-p8-m24", "iclr-2p/6.2b-p8-m64",
                 "zbv/6.2b-p16-m48", "vmin/p4-m8", "vhalf/p8-m16", "small/teaching-p4-m8",
-                "large/28.3b-p32-m256-v1")
+                "large/28.3b-p32-m256-v1", "dualpipev/p4-m8-fb0.8")
         cases = [c for c in cases if c.id in keep]
     return cases
 
