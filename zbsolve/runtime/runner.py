@@ -81,6 +81,8 @@ class Job:
     torch_csv: str | None = None  # engine torch: path of the compute-only torch CSV
     trace: str | None = None  # write the Perfetto trace here (rank 0)
     label: str = ""
+    overlap_function: bool = True  # engine torch: OVERLAP_F_B through our custom function
+    # (False: torch's default, the two halves in order; kept to measure the difference)
 
 
 @dataclass
@@ -482,7 +484,7 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
 
         if job.torch_csv is None:
             raise ValueError("engine torch needs the torch CSV path (Job.torch_csv)")
-        mine = run_torch(ctx, table, work, job.torch_csv)
+        mine = run_torch(ctx, table, work, job.torch_csv, job.overlap_function)
     else:
         raise ValueError(f"engine: expected one of {ENGINES}, got {job.engine!r}")
     timings = mine.pop("timings")

@@ -36,7 +36,10 @@ def write_csv_for(table: ExecutorTable, path: str) -> list[list[str]]:
     return write_torch_csv(instance_of(table), schedule_from_table(table), path)
 
 
-def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str) -> dict[str, Any]:
+def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str,
+              overlap_function: bool = True) -> dict[str, Any]:
+    """Run the CSV in torch's runtime; ``overlap_function=False`` leaves OVERLAP_F_B to torch's
+    default (the two halves in order, the forward's SEND after the pair)."""
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
@@ -47,7 +50,9 @@ def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str) -> dict[
     schedule = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=work.loss_fn,
                                         scale_grads=True)
     schedule._load_csv(csv_path)
-    overlap = TorchOverlapFB().install(schedule)  # OVERLAP_F_B cells: our custom function
+    overlap = TorchOverlapFB()
+    if overlap_function:  # OVERLAP_F_B cells: our custom function
+        overlap.install(schedule)
     inferred = [schedule.stage_index_to_group_rank[s] for s in range(S)]
     if inferred != list(table.placement):
         raise RuntimeError(
