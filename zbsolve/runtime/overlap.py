@@ -6,14 +6,15 @@ forward first, and overlap each half's *communication* with the other half's *co
 
 - the backward's incoming gradient (its RECV was posted before the pair, as for any compute)
   is waited for only after the forward has computed, so it travels while the forward runs;
-- the forward's activation is sent as soon as the forward ends (when the table's very next
-  action is that SEND), so it travels while the backward computes, instead of after the pair.
+- the forward's activation is sent as soon as the forward ends (when its SEND is in the batch
+  right after the pair), so it travels while the backward computes, instead of after the pair.
 
 Both halves compute on one stream: nothing here runs two computations at once (on CPU, a rank
 has one thread), so a pair takes about F + B of compute; the runner's timeline measures it.
 
-Sending early keeps the table's proof: the SEND is the pair's next action in the table, so the
-rank's sequence of communication posts is unchanged; only its time moves earlier, and posting a
+Sending early keeps the table's proof: the SEND is in the batch right after the pair and no
+message to the same peer is before it there, so the sequence of messages from this rank to each
+peer (what matches SENDs with RECVs) is unchanged; only its time moves earlier, and posting a
 send earlier never makes a peer wait longer. It is posted on its own, out of its batch: safe on
 gloo, and on NCCL only when the SEND is its batch's only action (``early_sends``).
 
@@ -31,23 +32,39 @@ from zbsolve.export.executor import Action
 
 
 def early_sends(actions: list[Action], mixed_batches: bool = True) -> dict[int, int]:
-    """Pair action index -> index of the SEND of its forward's output, where that SEND is the
-    action right after the pair (the only case that leaves the post order unchanged).
+    """Pair action index -> index of the SEND of its forward's output, where that SEND is in the
+    run of communication actions right after the pair (its batch) and no SEND to the same peer
+    comes before it there: posted first, it keeps its place in the FIFO order of messages from
+    this rank to that peer, which is all that matches a SEND with its RECV.
 
     Posting the SEND alone takes it out of its batch. On gloo that is harmless (a send never
     blocks the posts after it). On NCCL a grouped batch is what lets a rank send to and receive
     from one peer at once, so with ``mixed_batches=False`` (the runner passes it for NCCL) only
     a SEND that is its batch's only action is sent early."""
     out = {}
-    for i, a in enumerate(actions[:-1]):
+    for i, a in enumerate(actions):
         if a.pair is None:
             continue
-        fwd, nxt = a.pair.first, actions[i + 1]
-        if nxt.kind != "SEND_F" or (nxt.stage, nxt.mb, nxt.seg) != (fwd.stage, fwd.mb, fwd.seg):
+        fwd, batch = a.pair.first, _batch_after(actions, i)
+        sends = [j for j in batch if actions[j].kind == "SEND_F"
+                 and (actions[j].stage, actions[j].mb, actions[j].seg)
+                 == (fwd.stage, fwd.mb, fwd.seg)]
+        if not sends or not (mixed_batches or len(batch) == 1):
             continue
-        alone = i + 2 >= len(actions) or actions[i + 2].batch != nxt.batch
-        if mixed_batches or alone:
-            out[i] = i + 1
+        j = sends[0]
+        if not any(actions[k].is_send and actions[k].peer == actions[j].peer
+                   for k in batch if k < j):
+            out[i] = j
+    return out
+
+
+def _batch_after(actions: list[Action], i: int) -> list[int]:
+    """Indices of the run of communication actions (one batch) right after action i."""
+    out: list[int] = []
+    for j in range(i + 1, len(actions)):
+        if not actions[j].is_comm or actions[j].batch != actions[i + 1].batch:
+            break
+        out.append(j)
     return out
 
 
