@@ -49,11 +49,12 @@ def overlapping(p: int, m: int, fb: float = 0.7) -> dict:
 
 
 def solver_table(data: dict) -> ExecutorTable:
-    """A CP-SAT schedule, reproducible: fixed seed, one worker, a deterministic time limit."""
+    """A CP-SAT schedule (fixed seed, one worker, a few seconds: which schedule it finds may
+    vary with the machine's load; every valid one must give the reference's gradients)."""
     from zbsolve.solver import SolveOptions, solve
 
     inst = load_instance(data)
-    res = solve(inst, SolveOptions(time_limit=20, workers=1, seed=0, deterministic_time=1.0))
+    res = solve(inst, SolveOptions(time_limit=3, workers=1, seed=0, deterministic_time=1.0))
     return lower(inst, res.schedule)
 
 
@@ -271,15 +272,18 @@ def test_two_ranks_replicas_pairs_solver_and_torch_custom_function(tmp_path):
     assert torch_run["sent_early"] > 0
 
 
-def test_four_ranks_chimera_dualpipe_and_dualpipev_pairs():
+def test_four_ranks_replicas_and_pairs_families_and_solver():
     cfg = small_cfg(8)
     tables = {
         "chimera": family_table("chimera", replicated(4, 8)),
         "dualpipe": family_table("dualpipe", replicated(4, 8)),
+        "solver replicas": solver_table(replicated(4, 8)),
         "dualpipev pairs": family_table("dualpipev", overlapping(4, 8)),
+        "solver pairs": solver_table(overlapping(4, 8, fb=0.5)),
     }
     jobs = [Job(t.to_dict(), cfg.to_dict(), label=label) for label, t in tables.items()]
     reports = _check_reports(run_jobs(jobs, 4, RunOptions(timeout_s=90)), jobs)
-    for label in ("chimera", "dualpipe"):
+    for label in ("chimera", "dualpipe", "solver replicas"):
         _replica_asserts(reports[label], tables[label], cfg)
-    _pair_asserts(reports["dualpipev pairs"], tables["dualpipev pairs"])
+    for label in ("dualpipev pairs", "solver pairs"):
+        _pair_asserts(reports[label], tables[label])
