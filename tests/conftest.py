@@ -16,6 +16,14 @@ INSTANCES = ROOT / "instances"
 REFERENCE = reference_dir()  # the published tables, shipped in zbsolve/data/reference/
 
 
+def moderate_floats(lo: float, hi: float):
+    """Hypothesis floats in [lo, hi] rounded to 6 decimals: 0 or at least 1e-6, never the 1e-300
+    an unrounded draw can give (instances refuse non-zero values below 1e-12: a unit problem)."""
+    from hypothesis import strategies as st
+
+    return st.floats(lo, hi).map(lambda x: round(x, 6))
+
+
 def make_instance(p=4, m=8, v=1, placement="loop", F=1.0, I=1.0, W=1.0, comm=0.0,
                   activation=1.0, weight=0.0, limit=None, **extra) -> Instance:
     return load_instance({

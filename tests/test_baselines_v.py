@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import INSTANCES, REFERENCE, make_instance
+from conftest import INSTANCES, REFERENCE, make_instance, moderate_floats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -277,7 +277,7 @@ def _v_instances(draw):
     S = 2 * p
     t = st.lists(st.floats(0.1, 5.0), min_size=S, max_size=S)
     act = draw(st.lists(st.floats(0.5, 3.0), min_size=S, max_size=S))
-    frac = draw(st.lists(st.floats(0.0, 1.0), min_size=S, max_size=S))
+    frac = draw(st.lists(moderate_floats(0.0, 1.0), min_size=S, max_size=S))
     return make_instance(
         p=p, m=m, v=2, placement=draw(st.sampled_from(["v", "v", "loop"])),
         F=draw(t), I=draw(t), W=draw(t), comm=draw(st.sampled_from([0.0, 0.05, 1.0])),
@@ -306,7 +306,7 @@ def _uniform_v_instances(draw):
     return make_instance(
         p=p, m=draw(st.integers(1, 24)), v=2, placement="v", F=draw(t), I=draw(t), W=draw(t),
         comm=draw(st.sampled_from([0.0, 0.05, 1.0])), activation=a,
-        weight=a * draw(st.floats(0.0, 1.0)), limit=2 * p * a)
+        weight=a * draw(moderate_floats(0.0, 1.0)), limit=2 * p * a)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

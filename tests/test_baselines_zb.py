@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import INSTANCES, REFERENCE, make_instance
+from conftest import INSTANCES, REFERENCE, make_instance, moderate_floats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -212,7 +212,7 @@ def random_instances(draw):
     times = st.lists(st.floats(0.1, 10.0), min_size=S, max_size=S)
     return make_instance(
         p=p, m=m, v=v, placement=placement, F=draw(times), I=draw(times), W=draw(times),
-        comm=draw(st.floats(0.0, 3.0)), activation=1.0, weight=draw(st.floats(0.0, 1.0)),
+        comm=draw(moderate_floats(0.0, 3.0)), activation=1.0, weight=draw(moderate_floats(0.0, 1.0)),
     )
 
 

@@ -17,11 +17,34 @@ P8 = ROOT / "instances" / "gpt-1.5b-p8-m24.yaml"
 P4 = ROOT / "instances" / "seed" / "teaching-p4-m8.yaml"
 
 
+class _Bar:
+    """One Gantt bar read back from the chart's PolyCollection (Rectangle-like accessors)."""
+
+    def __init__(self, vertices, color):
+        xs, ys = vertices[:, 0], vertices[:, 1]
+        self.x, self.y, self.w = float(xs.min()), float(ys.min()), float(xs.max() - xs.min())
+        self.color = tuple(color)
+
+    def get_x(self):
+        return self.x
+
+    def get_y(self):
+        return self.y
+
+    def get_width(self):
+        return self.w
+
+    def get_facecolor(self):
+        return self.color
+
+
 def _bars(fig):
-    from matplotlib.patches import Rectangle
+    from matplotlib.collections import PolyCollection
 
     gantt = fig.axes[0]
-    return [p for p in gantt.patches if isinstance(p, Rectangle)]
+    (bars,) = [c for c in gantt.collections if isinstance(c, PolyCollection)]
+    return [_Bar(path.vertices, color)
+            for path, color in zip(bars.get_paths(), bars.get_facecolors())]
 
 
 def test_gantt_has_one_bar_per_op_and_readable_labels():

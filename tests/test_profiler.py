@@ -155,9 +155,10 @@ def test_profile_cli_rejects_bad_flags_before_measuring(capsys):
     rc = main(["profile", "--devices", "2", "--microbatches", "4", "--memory-limit", "lots",
                "-o", "/nonexistent/x.yaml"])
     assert rc == 2 and "--memory-limit" in capsys.readouterr().err
-    rc = main(["profile", "--devices", "2", "--microbatches", "4", "--round", "0",
-               "-o", "/nonexistent/x.yaml"])
-    assert rc == 2 and "--round" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # refused when the flags are parsed
+        main(["profile", "--devices", "2", "--microbatches", "4", "--round", "0",
+              "-o", "/nonexistent/x.yaml"])
+    assert exit_.value.code == 2 and "--round" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- torch: a real profile

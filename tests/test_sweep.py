@@ -73,6 +73,8 @@ def tiny() -> Instance:
 
 def sweep(tmp_path, limits="0.25:1.5:0.25", solve_fn=reference_solve, **kw):
     """Sweep ``tiny()``; ``solve_fn=None`` is the real solver."""
+    if solve_fn is not None and kw.get("jobs", 1) == 1:
+        kw.setdefault("in_process", True)  # the stand-ins here are closures: not picklable
     config = SweepConfig(limits=parse_limits(limits), out_dir=tmp_path, progress=False, **kw)
     return run_sweep(tiny(), config, solve_fn=solve_fn)
 

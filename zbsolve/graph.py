@@ -28,7 +28,10 @@ Memory
 ------
 Each unit's activation is a set of lifetimes on its device: split, activation - weight lives
 from F's start to I's end and weight from F's start to W's end; fused, the activation lives
-from F's start to B's end. A device also holds ``params`` of its stages all step long. The
+from F's start to B's end. With segments, a unit's activation is its segment's share
+(``Instance.segment_memory``), and the keys and values later segments read are part of it: they
+live until the unit's I (or B), which the segment edges above put after every later segment's.
+A device also holds ``params`` of its stages all step long. The
 simulator turns lifetimes into events; the CP-SAT model turns them into cumulative intervals.
 
 Jobs
@@ -206,7 +209,8 @@ class TaskGraph:
         return None if op[0] == SYNC else self.inst.placement[op[1]]
 
     def duration(self, op: Op) -> float:
-        return self.inst.duration(op[0], op[1])
+        """The op's time: its segment's share of its stage's F, I, W or B (``Instance``)."""
+        return self.inst.duration(op[0], op[1], op[3])
 
     def min_duration(self, op: Op) -> float:
         """A lower bound on the time from ``op``'s start to its end in any job: its duration,
@@ -339,7 +343,7 @@ class TaskGraph:
         """The memory one unit holds on its device (zero amounts left out)."""
         inst = self.inst
         d = inst.placement[stage]
-        act, kept = inst.activation[stage], inst.weight[stage]
+        act, kept = inst.segment_memory(stage, seg)
         f = Op(F, stage, mb, seg)
         if self.is_fused(stage, mb, seg):
             pieces = [(act, Op(B, stage, mb, seg))]
@@ -354,6 +358,6 @@ class TaskGraph:
                 for g in range(self.segments):
                     yield from self.lifetimes(s, j, g)
 
-    def unit_memory(self, stage: int) -> float:
-        """What one unit of ``stage`` allocates in all (its activation)."""
-        return self.inst.activation[stage]
+    def unit_memory(self, stage: int, seg: int = 0) -> float:
+        """What one unit of ``stage`` allocates in all (its segment's activation)."""
+        return self.inst.segment_memory(stage, seg)[0]

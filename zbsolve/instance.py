@@ -20,12 +20,25 @@ from typing import Any
 
 import yaml
 
+from zbsolve import size_limits as sizes
+from zbsolve.io import InputFileError, atomic_write_text, json_data_errors, read_data
+from zbsolve.segments import (
+    COST_MODELS,
+    SegmentError,
+    SegmentModel,
+    cost_shares,
+    length_shares,
+    resolve_lengths,
+    split,
+)
 from zbsolve.units import SizeError, check_unit, convert, parse_size
 
 PLACEMENTS = ("loop", "v")
+INSTANCE_SUFFIXES = (".yaml", ".yml", ".json")
 _TOP_KEYS = {
     "name", "devices", "microbatches", "chunks", "placement", "times", "comm", "memory",
     "replicas", "sync", "overlap",
+    "segments", "segment_lengths", "segment_costs", "segment_model",  # zbsolve.segments
     # optional, free-form extras that travel with the instance but change nothing
     "description", "source", "meta",
 }
@@ -33,7 +46,12 @@ _TIME_KEYS = {"F", "I", "W"}
 _MEMORY_KEYS = {"activation", "weight", "limit", "params", "unit"}
 _SIZED_KEYS = ("activation", "weight", "limit", "params")  # what may carry a unit
 _OVERLAP_KEYS = {"FB"}
+_SEGMENT_MODEL_KEYS = {"seq", "hidden", "heads", "ffn", "vocab", "layers", "attention"}
+SegTable = tuple[tuple[float, ...], ...]
+"""Per stage, per segment (``table[stage][seg]``)."""
 REPLICAS = (1, 2)
+SEGMENTED = ("F", "I", "W", "activation", "weight")
+"""The per-stage figures that have per-segment tables."""
 
 
 class InstanceError(ValueError):
@@ -68,7 +86,26 @@ class Instance:
     sync: tuple[float, ...] = ()  # per stage: the replicas' gradient all-reduce (replicas = 2)
     overlap: tuple[tuple[int, int, float], ...] | float | None = None  # F&B factor (see graph)
     memory_unit: str | None = None  # the unit of every memory figure (None: unnamed)
+    # Sequence segments (zbsolve.segments): the per-stage fields above stay whole-microbatch
+    # figures; the seg_* tables give each segment's share (table[stage][seg], sums = the
+    # per-stage value). Empty tables: split by segment length (one segment: the value itself).
+    segments: int = 1
+    segment_lengths: tuple[float, ...] = ()  # per segment: tokens (with a model) or relative
+    segment_rule: str | tuple[float, ...] = "equal"  # how the lengths were asked for
+    segment_costs: str = "length"  # length | prefix (FLOP shares from segment_model)
+    segment_model: SegmentModel | None = None
+    seg_F: SegTable = ()
+    seg_I: SegTable = ()
+    seg_W: SegTable = ()
+    seg_activation: SegTable = ()
+    seg_weight: SegTable = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    _by_device: tuple[tuple[int, ...], ...] = field(
+        default=(), init=False, repr=False, compare=False, hash=False)
+    _durations: dict[str, SegTable] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    _seg: dict[str, SegTable] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Direct construction (tests, dataclasses.replace) may leave the optional tables empty.
@@ -76,10 +113,39 @@ class Instance:
         for key in ("params", "sync"):
             if not getattr(self, key):
                 object.__setattr__(self, key, (0.0,) * n)
-        object.__setattr__(self, "_stages_of", _group_stages(self.placement, self.devices))
-        fused = tuple(i + w for i, w in zip(self.I, self.W))
-        object.__setattr__(self, "_durations", {"F": self.F, "I": self.I, "W": self.W,
-                                                "B": fused, "SYNC": self.sync})
+        # stages_of and duration run in the simulator's and the schedulers' inner loops: maps,
+        # not scans of the placement or attribute lookups by name
+        rows: list[list[int]] = [[] for _ in range(self.devices)]
+        for s, d in enumerate(self.placement):
+            if 0 <= d < self.devices:
+                rows[d].append(s)
+        object.__setattr__(self, "_by_device", tuple(tuple(r) for r in rows))
+        tables = {key: self._segment_table(key) for key in SEGMENTED}
+        fused = tuple(tuple(i + w for i, w in zip(ri, rw))
+                      for ri, rw in zip(tables["I"], tables["W"]))
+        object.__setattr__(self, "_seg", tables)
+        object.__setattr__(self, "_durations", {
+            "F": tables["F"], "I": tables["I"], "W": tables["W"], "B": fused,
+            "SYNC": tuple((x,) for x in self.sync)})
+
+    def _segment_table(self, key: str) -> SegTable:
+        """The per-(stage, segment) table of ``key`` (F I W activation weight): the given one,
+        checked against the per-stage values, or the per-stage values split by length."""
+        whole: tuple[float, ...] = getattr(self, key)
+        given: SegTable = getattr(self, f"seg_{key}")
+        k = self.segments
+        if not given:
+            if k == 1:
+                return tuple((x,) for x in whole)
+            shares = length_shares(self.segment_lengths or (1.0,) * k)
+            return tuple(split(x, shares) for x in whole)
+        if len(given) != len(whole) or any(len(row) != k for row in given):
+            raise ValueError(f"seg_{key}: expected {len(whole)} rows of {k} segments")
+        for s, (row, x) in enumerate(zip(given, whole)):
+            if abs(sum(row) - x) > 1e-9 * max(1.0, abs(x)):
+                raise ValueError(f"seg_{key}[{s}] sums to {sum(row)}, not to {key}[{s}] = {x}: "
+                                 "replace the per-segment table with the per-stage value")
+        return given
 
     # ------------------------------------------------------------------ derived
     @property
@@ -111,16 +177,28 @@ class Instance:
     def v(self) -> int:
         return self.chunks
 
-    def duration(self, kind: str, stage: int) -> float:
-        return self._durations[kind][stage]
+    def duration(self, kind: str, stage: int, seg: int = 0) -> float:
+        """How long an op runs: segment ``seg``'s share of the stage's F, I, W, B (= I + W),
+        or the stage's SYNC."""
+        return self._durations[kind][stage][seg]
+
+    def segment_table(self, key: str) -> SegTable:
+        """``table[stage][seg]`` of F, I, W, activation or weight (one column without segments)."""
+        return self._seg[key]
+
+    def segment_memory(self, stage: int, seg: int = 0) -> tuple[float, float]:
+        """(activation, weight) of one segment of a stage: what its F allocates and what its I
+        keeps for W. A segment's keys and values, which later segments read, are part of its
+        activation (they live until its I, which the graph puts after the later segments')."""
+        return self._seg["activation"][stage][seg], self._seg["weight"][stage][seg]
 
     def stages_of(self, device: int) -> list[int]:
         """The stages a device holds, in increasing order (precomputed: O(1))."""
-        return list(self._stages_of[device])
+        return list(self._by_device[device])
 
     def device_work(self, device: int) -> float:
         """Compute time of a device's ops (every stage runs m / replicas microbatches)."""
-        per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in self._stages_of[device])
+        per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in self._by_device[device])
         return self.microbatches // self.replicas * per_mb
 
     @property
@@ -130,7 +208,7 @@ class Instance:
 
     def resident(self, device: int) -> float:
         """Memory the device holds all step long: the weights of its stages (``params``)."""
-        return sum(self.params[s] for s in self._stages_of[device])
+        return sum(self.params[s] for s in self._by_device[device])
 
     def hop(self, src_stage: int, dst_stage: int) -> float:
         """Latency of a hand-off between two stages: zero when they share a device."""
@@ -161,6 +239,8 @@ class Instance:
         Per-stage values are given for one replica (S values), as in files.
         """
         data = self.to_dict()
+        if changes.get("segments", self.segments) != self.segments:
+            _whole_figures(self, data)  # re-cut: each segment's share comes from the new count
         for key, value in changes.items():
             if key in ("F", "I", "W"):
                 data["times"][key] = list(value) if not _is_number(value) else value
@@ -228,6 +308,10 @@ class Instance:
         if self.overlap is not None:
             data["overlap"] = {"FB": self.overlap if isinstance(self.overlap, float)
                                else [list(t) for t in self.overlap]}
+        if self.segments > 1:
+            data["times"] = {k: _segment_rows(self, k) for k in ("F", "I", "W")}
+            data["memory"].update({k: _segment_rows(self, k) for k in ("activation", "weight")})
+        data.update(_segments_to_dict(self))
         data.update(self.extra)
         return data
 
@@ -236,13 +320,18 @@ class Instance:
         return _parse(data)
 
     def dump(self, path: str | Path) -> None:
+        """Write as JSON (``.json``) or YAML (``.yaml``/``.yml``), atomically."""
         path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in INSTANCE_SUFFIXES:
+            raise InstanceError(
+                f"{path}: an instance file is .yaml, .yml or .json (the name picks the format)")
         text = (
-            json.dumps(self.to_dict(), indent=2)
-            if path.suffix == ".json"
+            json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+            if suffix == ".json"
             else yaml.safe_dump(self.to_dict(), sort_keys=False)
         )
-        path.write_text(text)
+        atomic_write_text(path, text)
 
 
 def memory_unit_label(inst: Instance) -> str | None:
@@ -256,23 +345,54 @@ def memory_unit_label(inst: Instance) -> str | None:
     return unit if isinstance(unit, str) else None
 
 
+def _segments_to_dict(inst: Instance) -> dict[str, Any]:
+    """The segment keys of a file, and the per-segment tables in place of the per-stage values
+    of ``times`` / ``memory`` (lists of k per stage), so a file round-trips exactly."""
+    if inst.segments == 1 and inst.segment_model is None and inst.segment_costs == "length" \
+            and inst.segment_rule == "equal":
+        return {}
+    out: dict[str, Any] = {"segments": inst.segments}
+    rule = inst.segment_rule
+    out["segment_lengths"] = rule if isinstance(rule, str) else [
+        int(x) if float(x).is_integer() else x for x in rule]
+    if inst.segment_costs != "length":
+        out["segment_costs"] = inst.segment_costs
+    if inst.segment_model is not None:
+        out["segment_model"] = inst.segment_model.to_dict()
+    return out
+
+
+def _segment_rows(inst: Instance, key: str) -> list[list[float]]:
+    S = inst.model_stages
+    return [list(row) for row in inst.segment_table(key)[:S]]
+
+
+def _whole_figures(inst: Instance, data: dict[str, Any]) -> None:
+    """Per-stage (whole-microbatch) values in ``data`` in place of per-segment lists."""
+    S = inst.model_stages
+    data["times"] = {k: list(getattr(inst, k)[:S]) for k in ("F", "I", "W")}
+    memory = data.setdefault("memory", {})
+    for key in ("activation", "weight"):
+        memory[key] = list(getattr(inst, key)[:S])
+
+
 def load_instance(source: str | Path | dict[str, Any]) -> Instance:
     """Load an instance from a YAML/JSON file (or an already parsed dict)."""
     if isinstance(source, dict):
         return _parse(source)
     path = Path(source)
-    if not path.exists():
-        raise InstanceError(f"instance file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise InstanceError(f"{path}: not valid YAML/JSON: {exc}") from exc
+    try:  # .json as JSON, else strict YAML; one-line errors naming the file
+        data = read_data(path, "instance file")
+    except InputFileError as exc:
+        raise InstanceError(str(exc)) from None
     if not isinstance(data, dict):
-        raise InstanceError(f"{path}: expected a mapping at the top level")
+        raise InstanceError(
+            f"{path}: expected a mapping of instance fields at the top level, got "
+            f"{type(data).__name__}")
     data.setdefault("name", path.stem)
     try:
         return _parse(data)
-    except InstanceError as exc:
+    except (InstanceError, sizes.SizeLimitError) as exc:
         raise InstanceError(f"{path}: {exc}") from None
 
 
@@ -314,14 +434,6 @@ def _per(
     return tuple(float(x) for x in values)
 
 
-def _group_stages(placement: tuple[int, ...], p: int) -> tuple[tuple[int, ...], ...]:
-    groups: list[list[int]] = [[] for _ in range(p)]
-    for s, d in enumerate(placement):
-        if 0 <= d < p:
-            groups[d].append(s)
-    return tuple(tuple(g) for g in groups)
-
-
 def placement_for(kind: str, p: int, v: int) -> tuple[int, ...]:
     """Stage -> device for the named placements (stage s = chunk c * p + position j)."""
     if kind == "loop":
@@ -331,16 +443,53 @@ def placement_for(kind: str, p: int, v: int) -> tuple[int, ...]:
     raise InstanceError(f"placement: expected 'loop', 'v' or a list of device ids, got {kind!r}")
 
 
+def _check_sizes(p: int, m: int, v: int) -> None:
+    """Refuse, before anything is built, an instance above the stated size limits."""
+    sizes.check_size("devices", p, sizes.MAX_DEVICES)
+    sizes.check_size("microbatches", m, sizes.MAX_MICROBATCHES)
+    sizes.check_size("chunks", v, sizes.MAX_CHUNKS)
+    sizes.check_size("stages (devices*chunks)", p * v, sizes.MAX_STAGES)
+    sizes.check_size("ops (3*stages*microbatches)", 3 * p * v * m, sizes.MAX_OPS)
+
+
+def _check_range(field_name: str, values: tuple[float, ...], zero_ok: bool = False) -> None:
+    for i, x in enumerate(values):
+        if x == 0 and zero_ok:
+            continue
+        if not sizes.MIN_VALUE <= x <= sizes.MAX_VALUE:
+            raise InstanceError(
+                f"{field_name}[{i}]: {x:g} is outside [{sizes.MIN_VALUE:g}, "
+                f"{sizes.MAX_VALUE:g}]; pick a unit in which the values are moderate")
+
+
+def _check_time_ratio(F: tuple, I: tuple, W: tuple) -> None:  # noqa: E741
+    values = F + I + W
+    lo, hi = min(values), max(values)
+    if hi / lo > 1 / sizes.MIN_POSITIVE:
+        raise InstanceError(
+            f"times: the largest ({hi:g}) is more than {1 / sizes.MIN_POSITIVE:g} times the "
+            f"smallest ({lo:g}); the solver cannot resolve both at once")
+
+
 def _parse(data: dict[str, Any]) -> Instance:
+    if not isinstance(data, dict):
+        raise InstanceError(f"expected a mapping of instance fields, got {type(data).__name__}")
+    bad_keys = sorted(repr(k) for k in data if not isinstance(k, str))
+    if bad_keys:
+        raise InstanceError(f"top-level key(s) {', '.join(bad_keys)} must be strings")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise InstanceError(
             f"unknown key(s) {sorted(unknown)}; allowed top-level keys: {sorted(_TOP_KEYS)}"
         )
-    name = str(data.get("name", "instance"))
+    raw_name = data.get("name", "instance")
+    if not isinstance(raw_name, (str, int, float)) or isinstance(raw_name, bool):
+        raise InstanceError(f"name: expected a string, got {raw_name!r}")
+    name = str(raw_name)
     p = _int(data, "devices")
     m = _int(data, "microbatches")
     v = _int(data, "chunks", default=1)
+    _check_sizes(p, m, v)
     S = p * v
 
     raw_placement = data.get("placement", "loop")
@@ -379,11 +528,17 @@ def _parse(data: dict[str, Any]) -> Instance:
         raise InstanceError(f"times: unknown key(s) {sorted(unknown)}; expected F, I, W")
     if missing:
         raise InstanceError(f"times: missing {sorted(missing)}; F, I and W are all required")
-    F, I, W = (_per(times[k], S, f"times.{k}", "logical stage") for k in ("F", "I", "W"))
+    seg = _segment_spec(data, S)
+    (F, seg_F), (I, seg_I), (W, seg_W) = (
+        _per_segmented(times[k], S, seg, f"times.{k}", k) for k in ("F", "I", "W"))
+    for key, values in (("F", F), ("I", I), ("W", W)):
+        _check_range(f"times.{key}", values)
+    _check_time_ratio(F, I, W)
 
     comm = data.get("comm", 0.0)
     if not _is_number(comm) or comm < 0:
         raise InstanceError(f"comm: expected a number >= 0, got {comm!r}")
+    _check_range("comm", (float(comm),), zero_ok=True)
 
     memory = data.get("memory") or {}
     if not isinstance(memory, dict):
@@ -395,20 +550,33 @@ def _parse(data: dict[str, Any]) -> Instance:
             "unit"
         )
     memory_unit, memory = _memory_in_one_unit(memory)
-    activation = _per(memory.get("activation", 1.0), S, "memory.activation", "logical stage")
-    weight = _per(memory.get("weight", 0.0), S, "memory.weight", "logical stage", positive=False)
+    activation, seg_act = _per_segmented(memory.get("activation", 1.0), S, seg,
+                                         "memory.activation", None)
+    weight, seg_wgt = _per_segmented(memory.get("weight", 0.0), S, seg, "memory.weight", None,
+                                     positive=False)
+    _check_range("memory.activation", activation)
+    _check_range("memory.weight", weight, zero_ok=True)
     for s, (a, w) in enumerate(zip(activation, weight)):
         if w > a:
             raise InstanceError(
                 f"memory.weight[{s}]: {w} exceeds memory.activation[{s}] = {a}; the part kept "
                 "for W is a part of the activation, so weight <= activation"
             )
+    for s, (row_a, row_w) in enumerate(zip(seg_act, seg_wgt)):
+        for g, (a, w) in enumerate(zip(row_a, row_w)):
+            if w > a * (1 + 1e-12):
+                raise InstanceError(
+                    f"memory.weight[{s}][{g}]: {w} exceeds memory.activation[{s}][{g}] = {a}: a "
+                    "segment keeps for W a part of its activation, so weight <= activation")
     raw_limit = memory.get("limit")
     if raw_limit is None:
         limit: tuple[float | None, ...] = (None,) * p
     else:
         limit = _per(raw_limit, p, "memory.limit", "device")
+        _check_range("memory.limit", limit)
+
     params = _per(memory.get("params", 0.0), S, "memory.params", "logical stage", positive=False)
+    _check_range("memory.params", params, zero_ok=True)
 
     replicas = data.get("replicas", 1)
     if isinstance(replicas, bool) or replicas not in REPLICAS:
@@ -421,9 +589,13 @@ def _parse(data: dict[str, Any]) -> Instance:
     if "sync" in data and replicas == 1:
         raise InstanceError("sync: the gradient all-reduce between replicas needs replicas: 2")
     sync = _per(data.get("sync", 0.0), S, "sync", "logical stage", positive=False)
+    _check_range("sync", sync, zero_ok=True)
     overlap = _overlap(data.get("overlap"), S * replicas)
 
     extra = {k: data[k] for k in ("description", "source", "meta") if k in data}
+    problems = json_data_errors(extra, "")
+    if problems:  # the instance travels inside every schedule and table written as JSON
+        raise InstanceError(problems[0].lstrip("."))
     # Replica r runs model stage s as stage r*S + s on the mirrored device p-1-d.
     placement = tuple(d if r == 0 else p - 1 - d for r in range(replicas) for d in placement)
 
@@ -435,8 +607,139 @@ def _parse(data: dict[str, Any]) -> Instance:
         placement_kind=kind, F=rep(F), I=rep(I), W=rep(W), comm=float(comm),
         activation=rep(activation), weight=rep(weight), limit=limit, replicas=replicas,
         params=rep(params), sync=rep(sync), overlap=overlap, memory_unit=memory_unit,
-        extra=extra,
+        segments=seg.count, segment_lengths=seg.lengths, segment_rule=seg.rule,
+        segment_costs=seg.costs, segment_model=seg.model, seg_F=rep(seg_F), seg_I=rep(seg_I),
+        seg_W=rep(seg_W), seg_activation=rep(seg_act), seg_weight=rep(seg_wgt), extra=extra,
     )
+
+
+# ---------------------------------------------------------------------- segments
+@dataclass(frozen=True)
+class _SegmentSpec:
+    """The segment keys of a file, parsed: how many, how long, what they cost."""
+
+    count: int
+    lengths: tuple[float, ...]
+    rule: str | tuple[float, ...]
+    costs: str
+    model: SegmentModel | None
+
+    def shares(self, stage: int, kind: str | None) -> tuple[float, ...]:
+        """Each segment's share of a stage's whole figure: time (``kind``) by the cost model,
+        memory (``kind`` None) by length."""
+        if kind is None or self.costs == "length":
+            return length_shares(self.lengths)
+        return cost_shares(self.model, self.lengths, stage, kind)
+
+
+def _segment_spec(data: dict[str, Any], S: int) -> _SegmentSpec:
+    """``segments``, ``segment_lengths``, ``segment_costs`` and ``segment_model``."""
+    k = _int(data, "segments", default=1)
+    raw_model = data.get("segment_model")
+    model = None if raw_model is None else _segment_model(raw_model, S)
+    costs = data.get("segment_costs", "length")
+    if costs not in COST_MODELS:
+        raise InstanceError(f"segment_costs: expected one of {', '.join(COST_MODELS)} (length: a "
+                            f"segment costs its share of the tokens; prefix: its share of the "
+                            f"FLOPs, from segment_model), got {costs!r}")
+    if costs == "prefix" and model is None:
+        raise InstanceError("segment_costs: prefix needs the model shape: add segment_model "
+                            "with seq, hidden and layers (per stage), and heads, ffn, vocab")
+    rule = data.get("segment_lengths", "equal")
+    if not isinstance(rule, (str, list, tuple)):
+        raise InstanceError(f"segment_lengths: expected equal, balanced or a list of {k} lengths, "
+                            f"got {rule!r}")
+    try:
+        lengths = resolve_lengths(rule, k, model)
+    except SegmentError as exc:
+        raise InstanceError(str(exc)) from None
+    kept = rule if isinstance(rule, str) else tuple(float(x) for x in rule)
+    return _SegmentSpec(k, lengths, kept, costs, model)
+
+
+def _segment_model(raw: Any, S: int) -> SegmentModel:
+    """``segment_model: {seq, hidden, layers, heads, ffn, vocab, attention}``."""
+    if not isinstance(raw, dict):
+        raise InstanceError(f"segment_model: expected a mapping with seq, hidden, layers (and "
+                            f"heads, ffn, vocab, attention), got {raw!r}")
+    unknown = set(raw) - _SEGMENT_MODEL_KEYS
+    if unknown:
+        raise InstanceError(f"segment_model: unknown key(s) {sorted(unknown)}; expected "
+                            f"{sorted(_SEGMENT_MODEL_KEYS)}")
+
+    def integer(key: str, default: int | None, minimum: int) -> int | None:
+        value = raw.get(key, default)
+        if value is None and default is None and key not in ("seq", "hidden"):
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InstanceError(f"segment_model.{key}: expected an integer >= {minimum}, "
+                                f"got {value!r}")
+        return value
+
+    seq, hidden = integer("seq", None, 1), integer("hidden", None, 1)
+    heads, ffn, vocab = integer("heads", None, 1), integer("ffn", None, 1), integer("vocab", 0, 0)
+    assert seq is not None and hidden is not None and vocab is not None
+    if heads is not None and hidden % heads:
+        raise InstanceError(f"segment_model.heads: hidden ({hidden}) must be divisible by heads "
+                            f"({heads})")
+    raw_layers = raw.get("layers")
+    items = raw_layers if isinstance(raw_layers, list) else [raw_layers] * S
+    if len(items) != S:
+        raise InstanceError(f"segment_model.layers: expected one number per logical stage ({S}), "
+                            f"got a list of {len(items)}")
+    for s, n in enumerate(items):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InstanceError(f"segment_model.layers[{s}]: expected the decoder layers of "
+                                f"stage {s}, an integer >= 0, got {n!r}")
+        if n == 0 and not (s == S - 1 and vocab):
+            raise InstanceError(f"segment_model.layers[{s}]: stage {s} needs at least one layer "
+                                "(only the last stage may hold the LM head alone, with vocab)")
+    attention = raw.get("attention", "causal")
+    if attention not in ("causal", "dense"):
+        raise InstanceError(f"segment_model.attention: expected causal (kernels that skip masked "
+                            f"blocks) or dense (masked dense attention), got {attention!r}")
+    return SegmentModel(seq=seq, hidden=hidden, layers=tuple(items), heads=heads, ffn=ffn,
+                        vocab=vocab, attention=attention)
+
+
+def _per_segmented(value: Any, n: int, seg: _SegmentSpec, field_name: str, kind: str | None,
+                   positive: bool = True) -> tuple[tuple[float, ...], SegTable]:
+    """Per-stage whole-microbatch values, and per-segment tables (empty with one segment).
+
+    ``value``: a number for all stages, or a list of n entries, each a number (the whole
+    microbatch's, split across the segments by ``seg.shares``) or, with segments > 1, a list of
+    one number per segment.
+    """
+    k = seg.count
+    nested = isinstance(value, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in value)
+    if not nested:
+        whole = _per(value, n, field_name, "logical stage", positive)
+        if k == 1:
+            return whole, ()
+        return whole, tuple(split(x, seg.shares(s, kind)) for s, x in enumerate(whole))
+    if len(value) != n:
+        raise InstanceError(f"{field_name}: expected one entry per logical stage ({n}), got a list "
+                            f"of {len(value)}")
+    totals, rows = [], []
+    for s, item in enumerate(value):
+        where = f"{field_name}[{s}]"
+        if isinstance(item, (list, tuple)):
+            if k == 1:
+                raise InstanceError(f"{where}: a list of per-segment values needs segments > 1; "
+                                    "give one number per stage")
+            if len(item) != k:
+                raise InstanceError(f"{where}: expected one number per segment ({k}), got a list "
+                                    f"of {len(item)}")
+            row = _per(list(item), k, where, "segment", positive)
+        else:
+            if not _is_number(item):
+                raise InstanceError(f"{where}: expected a number or a list of {k} numbers (one "
+                                    f"per segment), got {item!r}")
+            (total,) = _per(item, 1, where, "logical stage", positive)
+            row = split(total, seg.shares(s, kind)) if k > 1 else (total,)
+        rows.append(row)
+        totals.append(math.fsum(row))
+    return tuple(totals), (tuple(rows) if k > 1 else ())
 
 
 def _overlap(raw: Any, stages: int) -> tuple[tuple[int, int, float], ...] | float | None:
@@ -493,9 +796,13 @@ def _memory_in_one_unit(memory: dict[str, Any]) -> tuple[str | None, dict[str, A
     plain: list[str] = []
     for key in _SIZED_KEYS:
         raw = memory.get(key)
-        items = list(raw) if isinstance(raw, (list, tuple)) else [raw]
-        for i, item in enumerate(items):
-            name = f"memory.{key}" + (f"[{i}]" if isinstance(raw, (list, tuple)) else "")
+        items = [(f"memory.{key}", raw)] if not isinstance(raw, (list, tuple)) else [
+            (f"memory.{key}[{i}]", x) for i, x in enumerate(raw)]
+        # per-segment lists (memory.activation[s][g]) are sizes too
+        items = [pair for name, x in items for pair in (
+            [(f"{name}[{g}]", y) for g, y in enumerate(x)] if isinstance(x, (list, tuple))
+            else [(name, x)])]
+        for name, item in items:
             if isinstance(item, str):
                 try:
                     sized[name] = parse_size(item)
@@ -517,10 +824,10 @@ def _memory_in_one_unit(memory: dict[str, Any]) -> tuple[str | None, dict[str, A
             f"memory.activation: required when memory is written with units ({first} is); the "
             "default of 1 has no unit")
 
-    def to_unit(raw: Any, key: str) -> Any:
+    def to_unit(raw: Any, name: str) -> Any:
         if isinstance(raw, (list, tuple)):
-            return [to_unit_item(x, f"memory.{key}[{i}]") for i, x in enumerate(raw)]
-        return to_unit_item(raw, f"memory.{key}")
+            return [to_unit(x, f"{name}[{i}]") for i, x in enumerate(raw)]
+        return to_unit_item(raw, name)
 
     def to_unit_item(item: Any, name: str) -> Any:
         if name not in sized:
@@ -528,5 +835,6 @@ def _memory_in_one_unit(memory: dict[str, Any]) -> tuple[str | None, dict[str, A
         number, item_unit = sized[name]
         return convert(number, item_unit, unit)
 
-    converted = {k: (to_unit(v, k) if k in _SIZED_KEYS else v) for k, v in memory.items()}
+    converted = {k: (to_unit(v, f"memory.{k}") if k in _SIZED_KEYS else v)
+                 for k, v in memory.items()}
     return unit, converted

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -153,10 +152,9 @@ class LayerProfile:
 
     def dump(self, path: str | Path) -> None:
         """Atomic: a temporary file beside the target, then a rename."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        os.replace(tmp, path)
+        from zbsolve.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
 
     @staticmethod
     def load(path: str | Path) -> LayerProfile:

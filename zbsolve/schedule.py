@@ -12,7 +12,6 @@ formats (executor tables, torch CSVs) is the export layer's job (``zbsolve.expor
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 from zbsolve.ops import Entry, Kind, Op, Pair, ops_of, parse_entry
 
-FORMAT = "zbsolve-schedule"
+FORMAT = SCHEDULE_FORMAT = "zbsolve-schedule"
 FORMAT_VERSION = 1
 
 
@@ -67,30 +66,95 @@ class Schedule:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Schedule:
-        if "orders" not in data:
-            raise ValueError("schedule: missing 'orders' (a list of per-device op lists)")
-        orders: list[list[Entry]] = []
-        for d, row in enumerate(data["orders"]):
-            entries: list[Entry] = []
-            for i, tok in enumerate(row):
-                try:
-                    entries.append(parse_entry(tok))
-                except ValueError as exc:
-                    raise ValueError(f"schedule: orders[{d}][{i}]: {exc}") from None
-            orders.append(entries)
-        starts = None
-        if "starts" in data:
-            starts = {}
-            for d, (order, times) in enumerate(zip(orders, data["starts"])):
-                if len(order) != len(times):
-                    raise ValueError(f"schedule: starts[{d}] has {len(times)} entries for {len(order)} ops")
-                for entry, t in zip(order, times):
-                    for op in ops_of(entry):
-                        starts[op] = float(t)
-        return Schedule(orders, data.get("name", "schedule"), starts, data.get("meta", {}))
+        """Parse strictly (see ``parse_schedule_dict``); ValueError names the field."""
+        return parse_schedule_dict(data)
 
     def dump(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        """Write the schedule JSON atomically (temp file beside it, then rename)."""
+        from zbsolve.io import write_json
+
+        write_json(path, self.to_dict())
+
+
+_KEYS = {"format", "version", "name", "orders", "starts", "meta"}
+
+
+class ScheduleFileError(ValueError):
+    """A schedule file or dict that is not a schedule; the message names the field."""
+
+
+def parse_schedule_dict(data: Any) -> Schedule:
+    """A schedule from its JSON form, refusing anything it could silently get wrong: unknown
+    keys, formats or versions, non-string ops, ``starts`` that do not cover every op, and sizes
+    above ``zbsolve.size_limits``."""
+    from zbsolve import size_limits as sizes
+
+    if not isinstance(data, dict):
+        raise ScheduleFileError(
+            f"schedule: expected a JSON object with 'orders', got {_kind(data)}")
+    unknown = sorted(str(k) for k in data if k not in _KEYS)
+    if unknown:
+        raise ScheduleFileError(
+            f"schedule: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+    fmt = data.get("format", SCHEDULE_FORMAT)
+    if fmt != SCHEDULE_FORMAT:
+        raise ScheduleFileError(
+            f"format: expected {SCHEDULE_FORMAT!r} (or an executor table), got {fmt!r}")
+    version = data.get("version", FORMAT_VERSION)
+    if isinstance(version, bool) or version != FORMAT_VERSION:
+        raise ScheduleFileError(
+            f"version: this zbsolve reads schedules of version {FORMAT_VERSION}, got {version!r}")
+    name = data.get("name", "schedule")
+    if not isinstance(name, str):
+        raise ScheduleFileError(f"name: expected a string, got {name!r}")
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ScheduleFileError(f"meta: expected an object, got {type(meta).__name__}")
+    if "orders" not in data:
+        raise ScheduleFileError("schedule: missing 'orders' (a list of per-device op lists)")
+    rows = data["orders"]
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise ScheduleFileError("orders: expected a list of per-device lists of op tokens")
+    sizes.check_size("orders: devices", len(rows), sizes.MAX_DEVICES)
+    sizes.check_size("orders: ops", sum(len(r) for r in rows), sizes.MAX_OPS)
+    orders: list[list[Entry]] = []
+    for d, row in enumerate(rows):
+        entries: list[Entry] = []
+        for i, tok in enumerate(row):
+            if not isinstance(tok, str):
+                raise ScheduleFileError(
+                    f"orders[{d}][{i}]: expected an op token string like '3F12', got {tok!r}")
+            try:
+                entries.append(parse_entry(tok))
+            except ValueError as exc:
+                raise ScheduleFileError(f"schedule: orders[{d}][{i}]: {exc}") from None
+        orders.append(entries)
+    starts = None
+    if "starts" in data:
+        starts = _parse_starts(data["starts"], orders)
+    return Schedule(orders, name, starts, meta)
+
+
+def _parse_starts(raw: Any, orders: list[list[Entry]]) -> dict[Op, float]:
+    """One start per job (a pair's two ops share theirs)."""
+    import math
+
+    if not isinstance(raw, list) or len(raw) != len(orders):
+        got = len(raw) if isinstance(raw, list) else type(raw).__name__
+        raise ScheduleFileError(
+            f"starts: expected one list per device row ({len(orders)}), got {got}")
+    starts: dict[Op, float] = {}
+    for d, (order, times) in enumerate(zip(orders, raw)):
+        if not isinstance(times, list) or len(times) != len(order):
+            got = len(times) if isinstance(times, list) else repr(times)
+            raise ScheduleFileError(f"starts[{d}]: expected {len(order)} numbers, got {got}")
+        for i, t in enumerate(times):
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                raise ScheduleFileError(f"starts[{d}][{i}]: expected a finite number, got {t!r}")
+        for entry, t in zip(order, times):
+            for op in ops_of(entry):
+                starts[op] = float(t)
+    return starts
 
 
 # ---------------------------------------------------------------------- transforms
@@ -134,3 +198,10 @@ def fuse_backward(sched: Schedule) -> Schedule:
                 i += 1
         orders.append(out)
     return Schedule(orders, sched.name, None, dict(sched.meta))
+
+
+def _kind(value: Any) -> str:
+    """JSON's name for the type of a parsed value."""
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+             str: "a string", list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)

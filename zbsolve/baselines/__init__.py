@@ -28,6 +28,8 @@ _REGISTRY: dict[str, str] = {
     "dualpipev": "dualpipe:dualpipev",
     "chimera": "chimera:chimera",
     "dualpipe": "dualpipe:dualpipe",
+    "seq1f1b": "seq1f1b:seq1f1b",
+    "seq1f1b-zb": "seq1f1b:seq1f1b_zb",
 }
 NAMES = tuple(_REGISTRY)
 

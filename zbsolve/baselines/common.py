@@ -16,9 +16,21 @@ def require(cond: bool, name: str, why: str) -> None:
         raise NotApplicable(f"{name}: {why}")
 
 
+SEGMENTED_FAMILIES = ("seq1f1b", "seq1f1b-zb")
+"""The families that schedule sequence segments (``segments`` > 1); the others refuse them."""
+
+
+def whole_microbatches(inst: Instance, name: str) -> None:
+    require(inst.segments == 1, name, f"schedules whole microbatches, the instance splits each "
+            f"into {inst.segments} sequence segments; segmented families: "
+            + ", ".join(SEGMENTED_FAMILIES))
+
+
 def one_replica(inst: Instance, name: str) -> None:
     require(inst.replicas == 1, name, "needs one model replica (replicas: 1); two-replica "
             "families: chimera, dualpipe")
+    if name not in SEGMENTED_FAMILIES:
+        whole_microbatches(inst, name)
 
 
 def single_chunk_stages(inst: Instance, name: str) -> list[int]:
@@ -46,4 +58,6 @@ def v_shape_stages(inst: Instance, name: str) -> list[tuple[int, int]]:
 
 
 def make(inst: Instance, name: str, orders: list[list[Op]]) -> Schedule:
+    if name not in SEGMENTED_FAMILIES:
+        whole_microbatches(inst, name)  # the families that do not check earlier
     return Schedule(orders=orders, name=name)

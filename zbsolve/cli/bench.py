@@ -10,7 +10,8 @@ from __future__ import annotations
 import shlex
 import sys
 
-from zbsolve.cli.common import add_json, new_output_dir, positive_float, positive_int, print_json
+from zbsolve.cli import args as types
+from zbsolve.cli.common import add_json, new_output_dir, print_json
 
 
 def register(sub) -> None:
@@ -21,7 +22,7 @@ def register(sub) -> None:
                         help="only cases whose id or family matches (glob or substring); "
                              "repeatable or comma-separated, e.g. 'iclr-2p,small' "
                              "(default: all)")
-    parser.add_argument("--time-limit", type=positive_float, default=20.0, metavar="SECONDS",
+    parser.add_argument("--time-limit", type=types.seconds, default=20.0, metavar="SECONDS",
                         help="seconds per table case; small cases get 60, large 120")
     parser.add_argument("--quick", action="store_true",
                         help="one or two cases per family with short limits (a smoke run)")
@@ -30,8 +31,8 @@ def register(sub) -> None:
     parser.add_argument("--reference", default=None,
                         help="folder with the published CSVs (default: the tables shipped in "
                              "zbsolve/data/reference/)")
-    parser.add_argument("--workers", type=positive_int, default=2, help="CP-SAT workers")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default: 0)")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     add_json(parser)
     parser.set_defaults(handler=handle)
@@ -41,7 +42,10 @@ def handle(args) -> int:
     from pathlib import Path
 
     from zbsolve import bench
+    from zbsolve.io import check_output
 
+    if args.out:
+        check_output(args.out, kind="folder", what="--out")
     ref = Path(args.reference) if args.reference else None
     cases = bench.build_cases(ref, time_limit=args.time_limit, quick=args.quick)
     patterns = [p for arg in args.cases for p in arg.split(",") if p]

@@ -15,19 +15,20 @@ from zbsolve.simulate import ScheduleError
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with two changes: a subcommand's argument errors print that subcommand's usage
-    (``main`` routes unrecognized arguments to it), and under ``--json`` an argument error is
-    one JSON object on stdout, like every other error (see ``report_error``)."""
+    """argparse with two changes: a subcommand's argument error is one line with that
+    subcommand's usage (``main`` routes unrecognized arguments to it), and under ``--json`` it
+    is one JSON object on stdout, like every other error (see ``report_error``)."""
 
     json_errors = False  # set by ``zbsolve.cli.main`` when --json is on the command line
 
     def error(self, message: str):  # type: ignore[override]
+        usage = " ".join(self.format_usage().split())  # the subcommand's usage, on one line
         if Parser.json_errors:
             command = self.prog.split()[1] if " " in self.prog else None
-            print(json.dumps({"error": message, "command": command,
-                              "usage": self.format_usage().strip()}))
+            print(json.dumps({"error": message, "command": command, "usage": usage}))
             raise SystemExit(2)
-        super().error(message)
+        # one line, like every other zbsolve error: the problem first, then the usage
+        self.exit(2, f"{self.prog}: error: {message} ({usage}; see '{self.prog} --help')\n")
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -92,62 +93,23 @@ def instance_for(path: str | None, sched) -> Instance:
 
 
 def schedule_and_instance(path: str, given: str | None):
-    """Load a schedule file and the instance it is judged against. A torch CSV's OVERLAP_F_B
-    cells are overlapped pairs; where the instance allows no overlap they run as their two
-    halves, forward first, as torch's runtime runs them without a custom function."""
-    from zbsolve.export.files import load_schedule
+    """Read a schedule file (``zbsolve.export.judge.read_schedule_file``: any kind, with its
+    own communication where it has any) and the instance it is judged against: the one given,
+    else the one it carries. A torch CSV's OVERLAP_F_B cells are overlapped pairs; where the
+    instance allows no overlap they run as their two halves, forward first, as torch's runtime
+    runs them without a custom function. Returns (file, instance)."""
+    from zbsolve.export.judge import read_schedule_file
     from zbsolve.schedule import unpair
 
-    sched = load_schedule(path)
-    inst = instance_for(given, sched)
-    if sched.meta.get("source") == "torch-csv" and inst.overlap is None:
-        sched = unpair(sched)
-    return sched, inst
-
-
-# ---------------------------------------------------------------------- flag types
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (argparse reports the flag and the usage)."""
-    value = _finite(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _finite(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def margin_fraction(text: str) -> float:
-    """argparse type of ``--memory-margin``: a share of the limit in [0, 1)."""
-    value = _finite(text)
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a fraction in [0, 1) of each memory limit to keep free, got {text}")
-    return value
-
-
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+    inst = load(given) if given is not None else None
+    file = read_schedule_file(path, inst)
+    if inst is None:
+        inst = instance_for(None, file.schedule)
+        if file.kind == "torch-csv-comms":
+            file = read_schedule_file(path, inst)
+    if file.kind.startswith("torch-csv") and inst.overlap is None:
+        file.schedule = unpair(file.schedule)
+    return file, inst
 
 
 # ---------------------------------------------------------------------- outputs
@@ -181,6 +143,9 @@ def fmt_list(values: list, digits: int = 3) -> str:
     return "[" + ", ".join("-" if v is None else f"{v:.{digits}g}" for v in values) + "]"
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
 def report_error(args: argparse.Namespace, message: str) -> None:
     """An error for the user: under ``--json`` one JSON object on stdout (so stdout always
     holds exactly one JSON document), otherwise one line on stderr."""
@@ -191,12 +156,29 @@ def report_error(args: argparse.Namespace, message: str) -> None:
 
 
 def run_handler(args: argparse.Namespace) -> int:
-    """Turn expected user errors into one clear line and exit code 2, not a traceback."""
+    """Turn expected user errors into one clear line and exit code 2, not a traceback.
+
+    Also one line: a file the system refuses to read or write (a full disk, a permission) and
+    Ctrl-C (exit 130; every write is atomic, so nothing half-written is left behind).
+    """
     try:
         return int(args.handler(args) or 0)
     except (InstanceError, ScheduleError, FileNotFoundError, ValueError) as exc:
-        report_error(args, str(exc))
+        report_error(args, _one_line(exc))
         return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        report_error(args, f"{where}{exc.strerror or exc}")
+        return 2
+    except KeyboardInterrupt:
+        report_error(args, "interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (a multi-line report keeps its first lines, joined)."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    return "; ".join(lines[:4]) + (" ..." if len(lines) > 4 else "")
 
 
 def print_schedule_table(rows: list[dict], unit: str | None = None) -> None:

@@ -1,7 +1,9 @@
 """``zbsolve export SCHEDULE [--instance INSTANCE] --format F -o FILE``: hand a schedule to a runtime.
 
 Every export first validates the schedule with the simulator (including memory); the executor
-table and the torch CSV with comms are also proven deadlock-free with ``p2p_check``. The work is
+table and the torch CSV with comms are also proven deadlock-free with ``p2p_check``. A file that
+carries its own communication (an executor table, a torch CSV with comms) is judged as written
+first (``zbsolve.export.judge``): broken comms are refused, not silently rebuilt. The work is
 ``zbsolve.export.write``; this module only reads the flags.
 """
 
@@ -11,6 +13,8 @@ from zbsolve.cli.common import add_json, print_json, schedule_and_instance
 from zbsolve.export import FORMATS
 
 STACKS = ("torchtitan", "megatron")  # training stacks: zbsolve.export.stacks
+SUFFIXES = {"executor": (".json",), "torch-csv": (".csv",), "torch-csv-comms": (".csv",),
+            "torch-csv-ext": (".csv",), "chrome-trace": (".json",)}
 
 
 def register(sub) -> None:
@@ -38,8 +42,19 @@ def register(sub) -> None:
 
 def handle(args) -> int:
     from zbsolve.export import write
+    from zbsolve.export.judge import judge, require_ok
+    from zbsolve.io import check_output
 
-    sched, inst = schedule_and_instance(args.schedule, args.instance)
+    if args.fmt not in STACKS:
+        check_output(args.output, inputs=[args.schedule, args.instance],
+                     suffixes=SUFFIXES[args.fmt], what=f"-o ({args.fmt})")
+    else:
+        check_output(args.output, inputs=[args.schedule, args.instance],
+                     kind="folder" if args.fmt == "torchtitan" else "file", what=f"-o ({args.fmt})")
+    file, inst = schedule_and_instance(args.schedule, args.instance)
+    if file.has_comms:  # judge the communication the file contains before replacing it
+        require_ok(judge(inst, file), f"{args.schedule} cannot run as written")
+    sched = file.schedule
     if args.fmt in STACKS:
         return _export_stack(args, inst, sched)
     report = write(inst, sched, args.fmt, args.output, fuse_bw=args.fuse_bw)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, new_output_dir, print_json
 from zbsolve.cli.profile import add_model_args, model_config
 
@@ -18,33 +19,33 @@ from zbsolve.cli.profile import add_model_args, model_config
 def register(sub) -> None:
     parser = sub.add_parser("loop", help="profile, solve, export and run; predicted vs measured")
     add_model_args(parser)
-    parser.add_argument("--devices", type=int, default=2, help="pipeline ranks p")
-    parser.add_argument("--microbatches", type=int, default=8, help="microbatches m")
-    parser.add_argument("--repeats", type=int, default=10, help="profile samples per stage")
-    parser.add_argument("--warmup", type=int, default=3, help="discarded profile samples")
-    parser.add_argument("--sample-interval", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--devices", type=types.positive_int, default=2, help="pipeline ranks p")
+    parser.add_argument("--microbatches", type=types.positive_int, default=8, help="microbatches m")
+    parser.add_argument("--repeats", type=types.positive_int, default=10, help="profile samples per stage")
+    parser.add_argument("--warmup", type=types.nonneg_int, default=3, help="discarded profile samples")
+    parser.add_argument("--sample-interval", type=types.nonneg_number, default=0.0, metavar="SECONDS",
                         help="sleep between profile sample rounds (default: 0)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="profile clock: wall (default) or thread CPU time (see profile)")
     parser.add_argument("--p2p", choices=("pingpong", "handoff"), default="pingpong",
                         help="comm measurement (see profile)")
-    parser.add_argument("--time-limit", type=float, default=20.0,
+    parser.add_argument("--time-limit", type=types.seconds, default=20.0,
                         help="solver seconds per layout")
-    parser.add_argument("--workers", type=int, default=1, help="CP-SAT workers")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT seed (default: 0)")
-    parser.add_argument("--runs", type=int, default=3,
+    parser.add_argument("--workers", type=types.positive_int, default=1, help="CP-SAT workers")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT seed (default: 0)")
+    parser.add_argument("--runs", type=types.positive_int, default=3,
                         help="timed runs per schedule; the median step time is reported")
-    parser.add_argument("--steps", type=int, default=2,
+    parser.add_argument("--steps", type=types.positive_int, default=2,
                         help="optimizer steps per run; the last one is timed")
     parser.add_argument("--memory-limit", default="baselines",
                         help="per-device budget: baselines (the largest simulated peak of the "
                              "hand-made schedules: all fit; default), 1f1b (1F1B's peak), none, "
                              "or a size such as 2MiB")
-    parser.add_argument("--round", type=int, metavar="DIGITS",
+    parser.add_argument("--round", type=types.positive_int, metavar="DIGITS",
                         help="solve the instance with times rounded to DIGITS significant digits "
                              "(default: unrounded)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=types.positive_int, default=1, help="torch threads per rank")
+    parser.add_argument("--device", default="cpu", type=types.torch_device, help="cpu or cuda")
     parser.add_argument("-o", "--output", default=None,
                         help="output folder (default: a new ./zbsolve-loop-DATE-TIME/)")
     add_json(parser)
@@ -65,6 +66,10 @@ def handle(args) -> int:
                       else parse_size(args.memory_limit)),
         round_digits=args.round, threads=args.threads, device=args.device,
     )
+    from zbsolve.io import check_output
+
+    if args.output:
+        check_output(args.output, kind="folder")
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     output = args.output or str(new_output_dir("zbsolve-loop"))
     summary = run_loop(model_config(args), opts, output, command)

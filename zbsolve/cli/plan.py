@@ -124,14 +124,9 @@ def handle(args) -> int:
     import time
     from pathlib import Path
 
+    from zbsolve.io import atomic_write_text
     from zbsolve.plan.planner import plan
-    from zbsolve.plan.report import (
-        format_text,
-        jsonable,
-        plan_dict,
-        write_files,
-        write_text_atomic,
-    )
+    from zbsolve.plan.report import format_text, jsonable, plan_dict, write_files
 
     started = time.monotonic()  # --time-limit covers the files and the picture too
     result = plan(config_from_args(args), started)
@@ -140,7 +135,7 @@ def handle(args) -> int:
     path = Path(args.output) / "plan.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     data["files"]["plan"] = str(path)
-    write_text_atomic(path, json.dumps(data, indent=1))
+    atomic_write_text(path, json.dumps(data, indent=1))
     if args.json:
         print_json(data)
     else:

@@ -19,6 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, print_json
 
 MODEL_FLAGS = ("layers", "hidden", "heads", "seq", "vocab", "microbatch_size")
@@ -29,12 +30,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="gpt",
                         help="gpt (sizes from the flags, defaults = gpt-tiny's) or a preset: "
                              "gpt-tiny, gpt-small, gpt-medium (flags override it)")
-    parser.add_argument("--layers", type=int, help="transformer blocks L (default: the preset's)")
-    parser.add_argument("--hidden", type=int, help="hidden size h (default: the preset's)")
-    parser.add_argument("--heads", type=int, help="attention heads a (default: the preset's)")
-    parser.add_argument("--seq", type=int, help="sequence length s (default: the preset's)")
-    parser.add_argument("--vocab", type=int, help="vocabulary size V (default: the preset's)")
-    parser.add_argument("--microbatch-size", type=int,
+    parser.add_argument("--layers", type=types.positive_int,
+                        help="transformer blocks L (default: the preset's)")
+    parser.add_argument("--hidden", type=types.positive_int, help="hidden size h (default: the preset's)")
+    parser.add_argument("--heads", type=types.positive_int, help="attention heads a (default: the preset's)")
+    parser.add_argument("--seq", type=types.positive_int, help="sequence length s (default: the preset's)")
+    parser.add_argument("--vocab", type=types.positive_int, help="vocabulary size V (default: the preset's)")
+    parser.add_argument("--microbatch-size", type=types.positive_int,
                         help="sequences per microbatch b (default: the preset's)")
 
 
@@ -57,15 +59,15 @@ def add_own_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--module", dest="module_target", metavar="PKG.MOD:BUILD",
                         help="your model: a function returning (layers, example_input, loss_fn) "
                              "(default: none)")
-    parser.add_argument("--kv-heads", type=int,
+    parser.add_argument("--kv-heads", type=types.positive_int,
                         help="--hf: key/value heads (default: the family's)")
-    parser.add_argument("--intermediate", type=int,
+    parser.add_argument("--intermediate", type=types.positive_int,
                         help="--hf: MLP intermediate size (default: the family's)")
-    parser.add_argument("--experts", type=int,
+    parser.add_argument("--experts", type=types.positive_int,
                         help="--hf MoE: experts per layer (default: the family's)")
-    parser.add_argument("--experts-per-token", type=int,
+    parser.add_argument("--experts-per-token", type=types.positive_int,
                         help="--hf MoE: experts per token (default: the family's)")
-    parser.add_argument("--moe-intermediate", type=int,
+    parser.add_argument("--moe-intermediate", type=types.positive_int,
                         help="--hf MoE (qwen): expert MLP size (default: the family's)")
 
 
@@ -87,15 +89,17 @@ def own_model_spec(args: argparse.Namespace):
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
-    parser.add_argument("--devices", type=int, help="pipeline devices p (needed for -o; default: none)")
-    parser.add_argument("--chunks", type=int, default=1, help="chunks per device v (1)")
-    parser.add_argument("--microbatches", type=int, help="microbatches m (needed for -o; default: none)")
+    parser.add_argument("--devices", type=types.positive_int,
+                        help="pipeline devices p (needed for -o; default: none)")
+    parser.add_argument("--chunks", type=types.positive_int, default=1, help="chunks per device v (1)")
+    parser.add_argument("--microbatches", type=types.positive_int,
+                        help="microbatches m (needed for -o; default: none)")
     parser.add_argument("--placement", choices=("loop", "v"), default="loop",
                         help="stage placement with chunks > 1: loop or v (zig-zag) (loop)")
-    parser.add_argument("--repeats", type=int, default=10,
+    parser.add_argument("--repeats", type=types.positive_int, default=10,
                         help="timed samples per stage; the median is written")
-    parser.add_argument("--warmup", type=int, default=3, help="discarded samples first")
-    parser.add_argument("--sample-interval", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--warmup", type=types.nonneg_int, default=3, help="discarded samples first")
+    parser.add_argument("--sample-interval", type=types.nonneg_number, default=0.0, metavar="SECONDS",
                         help="sleep between sample rounds, to spread the samples over time on a "
                              "shared machine (default: 0)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -104,19 +108,27 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--p2p", choices=("pingpong", "handoff"), default="pingpong",
                         help="comm: ping-pong / 2 (default) or a hand-off to a receiver blocked "
                              "in recv while the sender computes (what a pipeline run pays)")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=types.positive_int, default=1,
                         help="torch threads while measuring (default: 1, as the runner uses per rank)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--device", default="cpu", type=types.torch_device,
+                        help="cpu or cuda (cuda:N)")
     parser.add_argument("--memory-limit",
                         help="per-device activation budget, e.g. 512MiB or 4GiB (plain number = "
                              "MiB); default: none on CPU, measured on GPU")
-    parser.add_argument("--optimizer-states", type=int, default=0,
+    parser.add_argument("--optimizer-states", type=types.nonneg_int, default=0,
                         help="optimizer tensors per parameter for the GPU budget (default: 0 = the "
                              "runner's SGD; Adam: 2)")
-    parser.add_argument("--round", type=int, metavar="DIGITS",
+    parser.add_argument("--round", type=types.positive_int, metavar="DIGITS",
                         help="write times rounded to DIGITS significant digits (the unrounded "
                              "file goes beside it as NAME.measured.yaml; default: unrounded)")
     parser.add_argument("--name", help="instance name (default: from the sizes)")
+    parser.add_argument("--segments", type=int, default=1,
+                        help="built-in GPT: also measure each of K sequence segments' F, I, W "
+                        "and memory; the instance gets per-segment tables (default: 1, none)")
+    parser.add_argument("--segment-lengths", default="equal",
+                        help="with --segments: equal, balanced (equal cost for the runner's "
+                        "model) or comma-separated token counts summing to --seq (default: "
+                        "equal)")
 
 
 def register(sub) -> None:
@@ -130,7 +142,7 @@ def register(sub) -> None:
     parser.add_argument("--split", help="--hf/--module: layers per logical stage for -o, e.g. "
                         "3,2,2,3 (default: first and last layer with the end stages, the rest "
                         "even)")
-    parser.add_argument("--seed", type=int, default=0, help="--hf/--module: model seed (0)")
+    parser.add_argument("--seed", type=types.seed, default=0, help="--hf/--module: model seed (0)")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -152,10 +164,21 @@ def run_profile(args: argparse.Namespace, command: str):
         microbatches=args.microbatches, placement=args.placement, repeats=args.repeats,
         warmup=args.warmup, memory_limit=limit, threads=args.threads, device=args.device,
         optimizer_states=args.optimizer_states, interval=args.sample_interval, clock=args.clock,
-        p2p_mode=args.p2p,
+        p2p_mode=args.p2p, segments=args.segments,
+        segment_lengths=_lengths_arg(args.segment_lengths),
         name=args.name,
         command=command,
     )
+
+
+def _lengths_arg(text: str) -> str | list[int]:
+    if text in ("equal", "balanced"):
+        return text
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--segment-lengths: expected equal, balanced or comma-separated "
+                         f"token counts, got {text!r}") from None
 
 
 def write_instances(run, output: str, round_digits: int | None) -> list[Path]:
@@ -164,7 +187,6 @@ def write_instances(run, output: str, round_digits: int | None) -> list[Path]:
     from zbsolve.profiler.writer import instance_dict
 
     path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
     written = []
     targets = [(path, round_digits)]
     if round_digits is not None:
@@ -231,8 +253,13 @@ def handle_own_model(args, spec, command: str) -> int:
 
 
 def handle(args) -> int:
+    from zbsolve.instance import INSTANCE_SUFFIXES
+    from zbsolve.io import check_output
     from zbsolve.profiler.writer import analytic, comparison_rows, format_table
 
+    check_output(args.output, suffixes=INSTANCE_SUFFIXES)  # before minutes of measuring
+    if args.round is not None:
+        check_output(measured_path(Path(args.output)), suffixes=INSTANCE_SUFFIXES)
     command = "zbsolve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     spec = own_model_spec(args)
     if spec is not None:

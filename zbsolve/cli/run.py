@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, print_json, report_error
 
 EXIT_MISMATCH = 1
@@ -24,16 +25,17 @@ def register(sub) -> None:
                              "gpt-tiny, or the model the table's instance was profiled from by "
                              "zbsolve profile --hf/--module)")
     for name in ("layers", "hidden", "heads", "seq", "vocab"):
-        parser.add_argument(f"--{name}", type=int,
+        parser.add_argument(f"--{name}", type=types.positive_int,
                             help=f"override the preset's {name} (default: the preset's)")
-    parser.add_argument("--microbatch-size", type=int,
+    parser.add_argument("--microbatch-size", type=types.positive_int,
                         help="sequences per microbatch (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    parser.add_argument("--seed", type=types.seed, default=0, help="model and data seed (default 0)")
     from zbsolve.cli.profile import add_own_model_args
 
     add_own_model_args(parser)  # --hf / --module: run your model's stages instead of the GPT
-    parser.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
-    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
+    parser.add_argument("--steps", type=types.positive_int, default=2, help="optimizer steps (default 2)")
+    parser.add_argument("--lr", type=types.positive_number, default=None,
+                        help="SGD learning rate (default 0.05)")
     parser.add_argument("--backend", choices=("gloo", "nccl"),
                         help="P2P backend (default: nccl with one GPU per rank, else gloo)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -41,14 +43,16 @@ def register(sub) -> None:
     parser.add_argument("--engine", choices=("ours", "torch"), default="ours",
                         help="ours: this runtime; torch: torch's _PipelineScheduleRuntime "
                              "from our torch CSV")
-    parser.add_argument("--nproc", type=int,
+    parser.add_argument("--nproc", type=types.positive_int,
                         help="local ranks to spawn (default: the table's rank count)")
-    parser.add_argument("--timeout", type=float, default=120.0,
+    parser.add_argument("--timeout", type=types.seconds, default=120.0,
                         help="seconds before a P2P or collective wait fails (default 120)")
-    parser.add_argument("--rtol", type=float, default=1e-5,
+    parser.add_argument("--rtol", type=types.nonneg_number, default=1e-5,
                         help="relative tolerance of the gradient check (default 1e-5)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per rank")
+    parser.add_argument("--threads", type=types.positive_int, default=1, help="torch CPU threads per rank")
     parser.add_argument("--trace", help="write the measured vs predicted Perfetto trace here (default: none)")
+    parser.add_argument("--allow-over-memory", action="store_true",
+                        help="run a table that exceeds its own instance's memory limit")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -82,36 +86,39 @@ def handle(args) -> int:
     import os
     import tempfile
 
-    from zbsolve.export.executor import instance_of, load_table, schedule_from_table
-    from zbsolve.export.p2p_check import require_safe
+    from zbsolve.export.judge import JudgeError, read_schedule_file
+    from zbsolve.io import check_output
     from zbsolve.runtime.launch import RankFailed, in_torchrun, run_jobs
     from zbsolve.runtime.reference import DEFAULT_LR
     from zbsolve.runtime.runner import Job, RunOptions, check_table
-    from zbsolve.simulate import simulate
 
-    if args.steps < 1:
-        raise ValueError(f"--steps: expected >= 1, got {args.steps}")
     if args.trace and args.engine == "torch":
         raise ValueError("--trace needs --engine ours: torch's runtime gives no per-action "
                          "timings (it reports the step time only)")
-    table = load_table(args.table)
-    # Before anything runs: the compute order is a valid schedule and the P2P cannot deadlock.
-    simulate(instance_of(table), schedule_from_table(table))
-    require_safe(table, modes=("batched",))
-
+    if args.trace:
+        check_output(args.trace, inputs=[args.table], suffixes=(".json",), what="--trace")
+    file = read_schedule_file(args.table)
+    if file.kind != "executor":
+        raise JudgeError(f"{args.table}: is a {file.kind} file; zbsolve run takes an executor "
+                         "table (zbsolve export --format executor)")
+    if file.header:
+        raise JudgeError(f"{args.table}: {file.header[0]}")
+    table = file.table
     spec, cfg = model_for(args, table)
     world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.nproc or table.ranks)
-    check_table(table, world, cfg)
+    # Before anything runs: the table's own problems (compute order, P2P, memory), then the launch
+    check_table(table, world, cfg, args.engine, allow_over_memory=args.allow_over_memory)
     device, backend, note = _plan_device(args, world)
     opts = RunOptions(backend=backend, device=device, steps=args.steps,
                       lr=DEFAULT_LR if args.lr is None else args.lr, timeout_s=args.timeout,
-                      rtol=args.rtol, threads=args.threads)
+                      rtol=args.rtol, threads=args.threads,
+                      allow_over_memory=args.allow_over_memory)
     with tempfile.TemporaryDirectory(prefix="zbsolve-run-csv-") as tmp:
         csv_path = None
         if args.engine == "torch":
             from zbsolve.runtime.torch_engine import write_csv_for
 
-            csv_path = os.path.join(tmp, f"{table.schedule_name}.csv")
+            csv_path = os.path.join(tmp, "schedule.csv")  # never a path from file contents
             write_csv_for(table, csv_path)
         job = Job(table.to_dict(), cfg, engine=args.engine, torch_csv=csv_path,
                   trace=os.path.abspath(args.trace) if args.trace else None,
@@ -178,8 +185,12 @@ def verdict_line(report: dict) -> str:
     if report["ok"]:
         return (f"PASS: {what}; largest relative difference {report['max_rel_diff']:.3g} "
                 f"<= rtol {report['rtol']:g}")
+    if report.get("nonfinite"):
+        return f"FAIL: {what}; non-finite values (NaN or inf) in {', '.join(report['nonfinite'][:5])}"
     if report["missing"]:
         return f"FAIL: {what}; missing {', '.join(report['missing'][:5])}"
+    if report.get("mismatched"):
+        return f"FAIL: {what}; mismatched {', '.join(report['mismatched'][:5])}"
     return (f"FAIL: {what}; largest relative difference {report['max_rel_diff']:.3g} "
             f"> rtol {report['rtol']:g} at {report['worst']}")
 

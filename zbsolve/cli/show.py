@@ -6,7 +6,14 @@ The instance may be left out for a schedule that carries its own (``zbsolve solv
 
 from __future__ import annotations
 
-from zbsolve.cli.common import add_json, given_instance, print_json, schedule_and_instance, schedule_args
+from zbsolve.cli.common import (
+    add_json,
+    given_instance,
+    load,
+    print_json,
+    schedule_and_instance,
+    schedule_args,
+)
 
 
 def register(sub) -> None:
@@ -22,40 +29,37 @@ def register(sub) -> None:
     parser.set_defaults(handler=handle)
 
 
-def handle(args) -> int:
-    import json
-    from pathlib import Path
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
 
+
+def handle(args) -> int:
+    from zbsolve import size_limits as sizes
+    from zbsolve.export.judge import judge, require_ok
+    from zbsolve.graph import TaskGraph
+    from zbsolve.io import check_output
     from zbsolve.plot import save_timeline
 
-    table = None
-    path = Path(args.schedule)
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON: {exc}") from None
-        if isinstance(data, dict) and data.get("format") == "zbsolve-executor":
-            from zbsolve.export.executor import ExecutorTable
+    given = given_instance(args)
+    check_output(args.output, inputs=[given, args.schedule], suffixes=PICTURE_SUFFIXES)
+    if args.svg and args.output.lower().endswith((".png", ".pdf")):
+        check_output(args.output[:-4] + ".svg", inputs=[given, args.schedule], what="--svg")
 
-            table = ExecutorTable.from_dict(data)
-    sched, inst = schedule_and_instance(path, given_instance(args))
-    if table is not None:
-        _check_table_instance(table, inst)
-    written = save_timeline(inst, sched, args.output, table=table, title=args.title,
+    def check_size(inst) -> None:  # before the schedule is read where the instance is given
+        sizes.check_size("show: ops to draw", TaskGraph(inst).count(), sizes.MAX_SHOW_OPS,
+                         "draw a smaller instance (fewer microbatches)")
+
+    if given is not None:
+        check_size(load(given))
+    file, inst = schedule_and_instance(args.schedule, given)
+    check_size(inst)
+    require_ok(judge(inst, file), f"{args.schedule} cannot be shown")
+    table = file.table if file.kind == "executor" else None  # a CSV has no times for its ticks
+    written = save_timeline(inst, file.schedule, args.output, table=table, title=args.title,
                             svg=args.svg)
     if args.json:
-        print_json({"schedule": sched.name, "instance": inst.name,
+        print_json({"schedule": file.schedule.name, "instance": inst.name,
                     "written": [str(p) for p in written]})
         return 0
     for path in written:
         print(f"wrote {path}")
     return 0
-
-
-def _check_table_instance(table, inst) -> None:
-    """A table's SEND/RECV ticks only make sense on the placement it was lowered for."""
-    if list(table.placement) != list(inst.placement):
-        raise ValueError(
-            f"executor table placement {table.placement} differs from the instance's "
-            f"{list(inst.placement)}; show it with the instance it was exported for")

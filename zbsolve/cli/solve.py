@@ -7,19 +7,15 @@ solver's schedule next to every hand-made one, all judged by the simulator.
 
 from __future__ import annotations
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import (
     add_json,
     fmt_list,
     instance_arg,
     load,
-    margin_fraction,
-    non_negative_float,
-    positive_float,
-    positive_int,
     print_json,
     print_schedule_table,
 )
-from zbsolve.files import write_text_atomic
 from zbsolve.instance import memory_unit_label
 
 
@@ -30,12 +26,12 @@ def register(sub) -> None:
     instance_arg(parser)
     parser.add_argument("-o", "--output",
                         help="where to write the schedule JSON (default: not written)")
-    parser.add_argument("--time-limit", type=positive_float, default=60.0, metavar="SECONDS",
+    parser.add_argument("--time-limit", type=types.seconds, default=60.0, metavar="SECONDS",
                         help="wall-clock limit of the search")
-    parser.add_argument("--gap", type=non_negative_float, default=0.0,
+    parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
                         help="stop at this relative gap to the lower bound (default: 0, prove optimal)")
-    parser.add_argument("--workers", type=positive_int, default=2, help="CP-SAT workers")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default: 0)")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                         help="makespan, or span = longest per-device span (the ZB papers')")
     parser.add_argument("--method", choices=("auto", "exact", "large"), default="auto",
@@ -44,7 +40,7 @@ def register(sub) -> None:
     parser.add_argument("--memory-model", choices=("cumulative", "reservoir"),
                         default="cumulative",
                         help="how CP-SAT states the memory limit (same schedules; docs/solver.md)")
-    parser.add_argument("--memory-margin", type=margin_fraction, default=0.0,
+    parser.add_argument("--memory-margin", type=types.margin_fraction, default=0.0,
                         metavar="FRACTION",
                         help="keep this share of every device's memory limit free: solve with "
                              "limit * (1 - FRACTION) (default: 0)")
@@ -68,11 +64,12 @@ def comparison(result) -> list[dict]:
 
 
 def handle(args) -> int:
-    import json
-
+    from zbsolve.io import check_output
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
 
+    if args.output:  # found now, not after the solve
+        check_output(args.output, inputs=[args.instance], suffixes=(".json",))
     given = load(args.instance)
     inst = given.with_memory_margin(args.memory_margin) if args.memory_margin else given
     options = SolveOptions(
@@ -87,7 +84,7 @@ def handle(args) -> int:
         sched.meta["memory_margin"] = margin
     if args.output:
         validate(inst, sched)  # the simulator re-checks what is written
-        write_text_atomic(args.output, json.dumps(sched.to_dict(), indent=1))
+        sched.dump(args.output)  # atomic: a full disk leaves the old file, not a cut one
     table = comparison(result)
     meta = sched.meta
     if args.json:

@@ -6,8 +6,10 @@ import math
 import shlex
 import sys
 
+from zbsolve.cli import args as types
 from zbsolve.cli.common import add_json, instance_arg, load, print_json
 
+OUTPUT_NAMES = ("pareto.csv", "front.csv", "pareto.png", "pareto.svg", "command.txt")
 _SHOWN = ["layout", "limit", "schedule", "status", "makespan", "span", "bubble_makespan",
           "bubble_span", "peak", "peak_fraction", "gap", "schedule_file"]
 
@@ -29,24 +31,26 @@ def register(sub) -> None:
                         "(default: the instance's)")
     parser.add_argument("--placements", help="comma list of loop and/or v (default: the "
                         "instance's; one chunk has one layout)")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per case")
-    parser.add_argument("--gap", type=float, default=0.0,
+    parser.add_argument("--segments", help="comma list of sequence segments per microbatch, "
+                        "e.g. 1,2,4 (default: the instance's); each is a layout of its own")
+    parser.add_argument("--time-limit", type=types.seconds, default=60.0, help="seconds per case")
+    parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
                         help="relative gap to stop at (default: 0, prove optimal)")
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT threads per case")
-    parser.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default: 0)")
+    parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT threads per case")
+    parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",
                         help="makespan, or span = longest per-device span (the ZB papers')")
     parser.add_argument("--method", default="auto", help="solver method (see zbsolve solve)")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=types.positive_int, default=1,
                         help="cases solved at once in separate processes (jobs x workers "
                         "should not exceed the CPUs)")
     parser.add_argument("-o", "--out", required=True,
                         help="output folder (required; cache under OUT/cache, one schedule file "
                         "per point under OUT/schedules)")
-    parser.add_argument("--target-bubble", type=float,
+    parser.add_argument("--target-bubble", type=types.nonneg_number,
                         help="print the smallest memory whose bubble is at most this (0..1; default: "
                         "not asked)")
-    parser.add_argument("--memory", type=float,
+    parser.add_argument("--memory", type=types.positive_number,
                         help="print the best bubble within this memory (a 1F1B fraction, or "
                         "absolute with --absolute; default: not asked)")
     parser.add_argument("--no-plot", action="store_true", help="skip pareto.png/.svg")
@@ -70,11 +74,16 @@ def handle(args) -> int:
         raise ValueError(f"--target-bubble: a bubble rate in [0, 1), got {args.target_bubble}")
     if args.memory is not None and not args.memory > 0:
         raise ValueError(f"--memory: must be > 0, got {args.memory}")
+    from zbsolve.io import atomic_write_text, check_inputs_untouched, check_output
+
+    check_output(args.out, kind="folder")
+    check_inputs_untouched([Path(args.out) / n for n in OUTPUT_NAMES], [args.instance])
     inst = load(args.instance)
     config = SweepConfig(
         limits=parse_limits(args.limits), out_dir=Path(args.out), absolute=args.absolute,
         chunks=parse_int_list(args.chunks, "--chunks") if args.chunks else None,
         placements=[x.strip() for x in args.placements.split(",")] if args.placements else None,
+        segments=parse_int_list(args.segments, "--segments") if args.segments else None,
         params=SolverParams(time_limit=args.time_limit, gap=args.gap, workers=args.workers,
                             seed=args.seed, objective=args.objective, method=args.method),
         jobs=args.jobs, progress=not args.no_progress, plot=not args.no_plot,
@@ -83,7 +92,7 @@ def handle(args) -> int:
     command = "zbsolve sweep " + " ".join(shlex.quote(a) for a in sys.argv[1:][1:]) \
         if sys.argv[1:2] == ["sweep"] else None
     if command:
-        (Path(args.out) / "command.txt").write_text(command + "\n")
+        atomic_write_text(Path(args.out) / "command.txt", command + "\n")
     answers = queries(result, args)
     if args.json:
         print_json({
@@ -99,6 +108,12 @@ def handle(args) -> int:
               f"ones are cached in {Path(args.out) / 'cache'} (rerun to continue)",
               file=sys.stderr)
         return 130
+    failed = result.stats["errors"]
+    if failed:  # a sweep with failed cases is not a result to build on (every case: none at all)
+        print(f"zbsolve sweep: {failed} of {result.stats['cases']} case(s) failed (see the note "
+              f"column of {result.files.get('table', 'pareto.csv')}); they are not cached, a "
+              "rerun tries them again", file=sys.stderr)
+        return 1
     return 1 if any(a is not None and a.get("found") is False for a in answers.values()) else 0
 
 

@@ -9,11 +9,11 @@ times are kept in each event's args.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance
+from zbsolve.io import write_json
 from zbsolve.ops import ops_of
 from zbsolve.schedule import Schedule
 
@@ -74,5 +74,5 @@ def write_chrome_trace(
     table: Any = None,
 ) -> dict[str, Any]:
     trace = trace_events(inst, sched, scale=scale, table=table)
-    Path(path).write_text(json.dumps(trace))
+    write_json(path, trace, indent=None)
     return trace

@@ -207,7 +207,9 @@ class ExecutorTable:
             from zbsolve.export.p2p_check import require_safe
 
             require_safe(self)
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        from zbsolve.io import write_json  # atomic: temp file beside it, then rename
+
+        write_json(path, self.to_dict())
 
 
 def validate_json(data: dict[str, Any]) -> None:
@@ -230,11 +232,15 @@ def validate_json(data: dict[str, Any]) -> None:
 
 
 def load_table(path: str | Path) -> ExecutorTable:
+    """Read a table file; one-line errors name the file (missing, a folder, bad or duplicate
+    JSON, the schema's field)."""
+    from zbsolve.io import InputFileError, parse_json, read_text
+
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ExecutorError(f"{path}: not valid JSON: {exc}") from None
+        data = parse_json(read_text(path, "executor table"), str(path))
+    except InputFileError as exc:
+        raise ExecutorError(str(exc)) from None
     return ExecutorTable.from_dict(data)
 
 

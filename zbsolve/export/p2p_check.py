@@ -95,6 +95,7 @@ def _where(rank: int, pos: int, a: Action) -> str:
 def static_errors(table: ExecutorTable) -> list[str]:
     """Structural problems of a table, root causes first (an empty list when there are none)."""
     errors: list[str] = []
+    batch_errors: list[str] = []  # a consequence, never a cause: reported after the rest
     place = table.placement
     S, p, m = table.stages, table.ranks, table.microbatches
     if any(not 0 <= d < p for d in place):
@@ -123,14 +124,15 @@ def static_errors(table: ExecutorTable) -> list[str]:
                 if not prev_comm:
                     batch += 1
                 if a.batch != batch:
-                    errors.append(f"{_where(r, i, a)}: batch {a.batch}, expected {batch} "
-                                  "(one batch per run of consecutive communication actions)")
+                    batch_errors.append(
+                        f"{_where(r, i, a)}: batch {a.batch}, expected {batch} (one batch per "
+                        "run of consecutive communication actions)")
             prev_comm = a.is_comm
     if errors:
-        return errors
+        return errors + batch_errors
     graph = _graph_of(table)
     if isinstance(graph, str):
-        return [graph]
+        return [graph] + batch_errors
 
     def at(op: Op) -> tuple[int, int] | None:
         return pos_of.get((op.kind, op.stage, op.mb, op.seg))
@@ -180,7 +182,7 @@ def static_errors(table: ExecutorTable) -> list[str]:
         if (a.peer, a.peer_stage) != (peer, peer_stage):
             errors.append(f"{_where(r, i, a)}: peer should be stage {peer_stage} on rank {peer}, "
                           f"table says stage {a.peer_stage} on rank {a.peer}")
-    return errors
+    return errors + batch_errors
 
 
 def _graph_of(table: ExecutorTable) -> TaskGraph | str:

@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from zbsolve.io import atomic_write_text
 from zbsolve.plan.accelerators import accelerator
 from zbsolve.plan.planner import ChunkLayout, PlanConfig, plan
-from zbsolve.plan.report import jsonable, plan_dict, write_text_atomic
+from zbsolve.plan.report import jsonable, plan_dict
 from zbsolve.plan.shapes import family
 from zbsolve.plan.validate import ZB_MODELS, error_table, fitted_efficiency, summary
 
@@ -178,11 +179,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     errors = error_table()
     stats = summary(errors)
-    write_text_atomic(out / "splits.csv", _csv(rows, SPLIT_COLUMNS))
-    write_text_atomic(out / "error_table.csv", _csv(errors, list(errors[0])))
+    atomic_write_text(out / "splits.csv", _csv(rows, SPLIT_COLUMNS))
+    atomic_write_text(out / "error_table.csv", _csv(errors, list(errors[0])))
     command = "python -m zbsolve.plan.bench " + " ".join(argv if argv is not None
                                                            else sys.argv[1:])
-    write_text_atomic(out / "README.md", markdown(rows, errors, stats, fitted_efficiency(),
+    atomic_write_text(out / "README.md", markdown(rows, errors, stats, fitted_efficiency(),
                                                   command.strip(), (load0, os.getloadavg()[0]),
                                                   time.monotonic() - t0))
     print(f"wrote {out}/splits.csv, {out}/error_table.csv, {out}/README.md")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from zbsolve.io import atomic_write_text
 from zbsolve.layers import GIB
 from zbsolve.plan.evaluate import SplitResult
 from zbsolve.plan.planner import RULE_NAMES, PlanCase, PlanResult
@@ -203,7 +203,7 @@ def write_files(result: PlanResult, out_dir: str | Path) -> dict[str, str]:
     sched = Schedule.from_dict(res.schedule)
     files = {}
     path = out / "schedule.json"
-    write_text_atomic(path, json.dumps(sched.to_dict(), indent=1))
+    atomic_write_text(path, json.dumps(sched.to_dict(), indent=1))
     files["schedule"] = str(path)
     path = out / "instance.yaml"
     inst.dump(path)
@@ -225,12 +225,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return value
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def format_text(data: dict[str, Any]) -> str:

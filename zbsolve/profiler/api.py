@@ -38,7 +38,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
             threads: int = 1, device: str = "cpu", optimizer_states: int = 0,
             interval: float = 0.0, clock: str = "wall", p2p_mode: str = "pingpong",
             p2p_repeats: int = 30, p2p=None, name: str | None = None,
-            command: str = "") -> ProfileRun:
+            command: str = "", segments: int = 1,
+            segment_lengths: str | list[int] = "equal") -> ProfileRun:
     """Profile ``cfg`` (a :class:`zbsolve.runtime.model.GPTConfig`) as S = devices x chunks stages.
 
     ``threads`` is torch's intra-op thread count for the measurements; the runner uses one per
@@ -50,6 +51,9 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     slept between sample rounds (see :func:`zbsolve.profiler.core.profile_model`); ``clock``:
     ``wall`` or ``cpu`` (thread CPU time, see :class:`zbsolve.profiler.timing.Stopwatch`);
     ``p2p_mode``: ``pingpong`` or ``handoff`` (see :mod:`zbsolve.profiler.p2p`).
+    ``segments`` > 1 also measures each sequence segment's F, I, W and memory
+    (:mod:`zbsolve.profiler.segments`) with ``segment_lengths`` (equal, balanced for the
+    runner's model, or token counts); the instance then holds per-segment tables.
     """
     import torch
 
@@ -78,6 +82,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     try:
         stages = profile_model(cfg, devices * chunks, microbatches, warmup=warmup,
                                repeats=repeats, device=dev, interval=interval, clock=clock)
+        seg_profiles = _segments(cfg, devices * chunks, microbatches, segments, segment_lengths,
+                                 warmup, repeats, dev, clock)
     finally:
         torch.set_num_threads(previous_threads)
     shape = (cfg.microbatch_size, cfg.seq, cfg.hidden)
@@ -96,4 +102,23 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
         placement=placement, stages=stages, comm=comm, p2p=p2p_info, limit_bytes=limit,
         limit_source=limit_source, device=label, threads=threads, warmup=warmup,
         repeats=repeats, torch_version=str(torch.__version__), command=command, clock=clock,
+        segments=seg_profiles,
     )
+
+
+def _segments(cfg, n_stages: int, microbatches: int, k: int, rule, warmup: int, repeats: int,
+              device, clock: str) -> tuple:
+    """Per-segment profiles (none for one segment)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"segments: expected an integer >= 1, got {k!r} (--segments)")
+    if k == 1:
+        return ()
+    from zbsolve.profiler.segments import profile_segments, runner_shape
+    from zbsolve.segments import SegmentError, resolve_lengths
+
+    try:
+        lengths = resolve_lengths(rule, k, runner_shape(cfg, n_stages), "--segment-lengths")
+    except SegmentError as exc:
+        raise ValueError(str(exc)) from None
+    return tuple(profile_segments(cfg, n_stages, microbatches, tuple(int(x) for x in lengths),
+                                  warmup=warmup, repeats=repeats, device=device, clock=clock))

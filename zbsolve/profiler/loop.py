@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance, load_instance
+from zbsolve.io import atomic_open, atomic_write_text
 from zbsolve.profiler.units import MIB
 from zbsolve.profiler.writer import instance_dict
 
@@ -194,7 +195,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         inst.dump(out / f"instance-{layout.name}.yaml")
         planned += plan(inst, layout, opts)
     for p in planned:
-        (out / "tables" / f"{p.layout}-{p.schedule}.json").write_text(json.dumps(p.table))
+        atomic_write_text(out / "tables" / f"{p.layout}-{p.schedule}.json", json.dumps(p.table))
     jobs = [Job(p.table, cfg.to_dict(), label=p.label) for _ in range(opts.runs) for p in planned]
     backend = "nccl" if opts.device.startswith("cuda") and torch.cuda.device_count() >= \
         opts.devices else "gloo"
@@ -389,9 +390,9 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def write_outputs(out: Path, summary: dict[str, Any]) -> None:
     rows = summary["rows"]
-    with open(out / "loop.csv", "w", newline="") as fh:
+    with atomic_open(out / "loop.csv", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "loop.md").write_text(markdown(summary))
-    (out / "loop.json").write_text(json.dumps(summary, indent=1, default=str))
+    atomic_write_text(out / "loop.md", markdown(summary))
+    atomic_write_text(out / "loop.json", json.dumps(summary, indent=1, default=str))

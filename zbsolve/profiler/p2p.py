@@ -112,7 +112,9 @@ def _worker(rank: int, init_file: str, out_file: str, shape: tuple[int, ...], dt
             else:
                 dist.send(mine, peer)
         if rank == 0:
-            Path(out_file).write_text(json.dumps(samples[warmup:]))
+            from zbsolve.io import atomic_write_text
+
+            atomic_write_text(out_file, json.dumps(samples[warmup:]))
     finally:
         dist.destroy_process_group()
 

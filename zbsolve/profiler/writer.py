@@ -22,7 +22,7 @@ from typing import Any
 
 from zbsolve.profiler.analytic import LayerMemoryModel, layer_bytes_per_token, paper_m_b, paper_m_w
 from zbsolve.profiler.analytic import stage_estimate as _stage_estimate
-from zbsolve.profiler.records import StageProfile
+from zbsolve.profiler.records import SegmentProfile, StageProfile
 from zbsolve.profiler.timing import Spread
 from zbsolve.profiler.units import MEMORY_UNIT, MIB, TIME_UNIT, round_significant
 
@@ -54,6 +54,7 @@ class ProfileRun:
     command: str = ""
     clock: str = "wall"  # wall | cpu (thread CPU time) | (CUDA: events, reported as wall)
     memory_model: LayerMemoryModel = field(default=RUNNER_MODEL)
+    segments: tuple[SegmentProfile, ...] = ()  # per stage, with sequence segments (k > 1)
 
 
 def _mib(x: float) -> float:
@@ -112,7 +113,8 @@ def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str,
         + (", limit per device" if run.limit_bytes else ", no limit")
         + ". Spread and analytic estimate under meta."
     )
-    return {
+    memory = {"activation": [_mib(x) for x, _ in mem], "weight": [_mib(w) for _, w in mem]}
+    data = {
         "name": run.name,
         "devices": run.devices,
         "microbatches": run.microbatches,
@@ -121,8 +123,7 @@ def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str,
         "times": times,
         "comm": rnd(run.comm.median),
         "memory": {
-            "activation": [_mib(x) for x, _ in mem],
-            "weight": [_mib(w) for _, w in mem],
+            **memory,
             "limit": None if run.limit_bytes is None else [_mib(x) for x in run.limit_bytes],
         },
         "description": description,
@@ -160,6 +161,49 @@ def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str,
                 "stages": analytic(run),
             },
         },
+    }
+    if run.segments:
+        data.update(_segment_fields(run, rnd))
+        data["meta"]["segments"] = _segment_meta(run, rnd)
+        data["times"] = {k: [[rnd(x.median) for x in getattr(sp, k)] for sp in run.segments]
+                         for k in ("F", "I", "W")}
+        data["memory"].update(_segment_memory(run.segments))
+    return data
+
+
+def _segment_memory(profiles: tuple[SegmentProfile, ...]) -> dict[str, Any]:
+    """Per stage and segment, (activation, weight) by the mapping in the module docstring."""
+    return {
+        "activation": [[_mib(max(a, w)) for a, w in zip(sp.saved_bytes, sp.held_bytes)]
+                       for sp in profiles],
+        "weight": [[_mib(w) for w in sp.held_bytes] for sp in profiles],
+    }
+
+
+def _segment_fields(run: ProfileRun, rnd) -> dict[str, Any]:
+    """The segment keys of the instance (lengths in tokens, the model shape)."""
+    lengths = list(run.segments[0].lengths)
+    return {
+        "segments": len(lengths),
+        "segment_lengths": lengths,
+        "segment_model": {"seq": run.model["seq"], "hidden": run.model["hidden"],
+                          "heads": run.model["heads"], "vocab": run.model["vocab"],
+                          "layers": [st.layers for st in run.stages], "attention": "dense"},
+    }
+
+
+def _segment_meta(run: ProfileRun, rnd) -> dict[str, Any]:
+    """What was measured per segment (``meta.segments``), and the whole-microbatch times."""
+    profiles = run.segments
+    return {
+        "lengths": list(profiles[0].lengths),
+        "whole_microbatch": {k: [rnd(getattr(st, k).median) for st in run.stages]
+                             for k in ("F", "I", "W")},
+        "spread": {k: [[x.to_dict() for x in getattr(sp, k)] for sp in profiles]
+                   for k in ("F", "I", "W")},
+        "saved_by_F_bytes": [list(sp.saved_bytes) for sp in profiles],
+        "held_for_W_bytes": [list(sp.held_bytes) for sp in profiles],
+        "kv_bytes": [list(sp.kv_bytes) for sp in profiles],
     }
 
 

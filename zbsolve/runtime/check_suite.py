@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from zbsolve.io import atomic_write_text
 from zbsolve.runtime.iw_split import StageRunner
 from zbsolve.runtime.model import GPTConfig, build_stage_modules, lm_loss, make_batch, microbatch
 
@@ -196,8 +197,8 @@ def write_results(out: Path, plan: Plan, cfg: GPTConfig, reports: list[dict], in
     lines.append("")
     lines.append("Peak memory: torch.cuda.max_memory_allocated on GPU, tracked activation bytes "
                  "on CPU. Traces: `<schedule>.trace.json` (Perfetto, measured vs predicted).")
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    (out / "results.json").write_text(json.dumps(
+    atomic_write_text(out / "results.md", "\n".join(lines) + "\n")
+    atomic_write_text(out / "results.json", json.dumps(
         {"plan": plan.__dict__, "model": cfg.to_dict(), "instances": instances,
          "reports": reports, "elapsed_s": elapsed, "command": command.strip()}, indent=1))
 

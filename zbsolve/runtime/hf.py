@@ -189,8 +189,12 @@ def hf_layers(model: nn.Module) -> tuple[list[nn.Module], list[str]]:
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    """A plain dict that :func:`config_from_dict` turns back into the same config (to ship)."""
-    return config.to_dict()
+    """A plain JSON dict that :func:`config_from_dict` turns back into the same config (to ship):
+    through the config's own JSON form, which writes ``id2label``'s integer keys as strings
+    (the config turns them back into integers when it is rebuilt)."""
+    import json
+
+    return json.loads(config.to_json_string(use_diff=False))
 
 
 def config_from_dict(data: dict[str, Any]) -> Any:

@@ -147,24 +147,24 @@ class _EmbeddingFn(torch.autograd.Function):
 
 
 class _AddPositionFn(torch.autograd.Function):
-    """y = x + pos[:T] (broadcast over the batch)."""
+    """y = x + pos[offset : offset + T] (broadcast over the batch)."""
 
     @staticmethod
-    def forward(ctx, x, pos, sink):
-        ctx.sink, ctx.pos_param = sink, pos
-        return x + pos[: x.shape[1]]
+    def forward(ctx, x, pos, offset, sink):
+        ctx.sink, ctx.pos_param, ctx.offset = sink, pos, offset
+        return x + pos[offset: offset + x.shape[1]]
 
     @staticmethod
     def backward(ctx, grad):
-        pos_param = ctx.pos_param
+        pos_param, offset = ctx.pos_param, ctx.offset
 
         def weight_grads() -> None:
             g = torch.zeros_like(pos_param)
-            g[: grad.shape[1]] = grad.sum(0)
+            g[offset: offset + grad.shape[1]] = grad.sum(0)
             accumulate(pos_param, g)
 
         ctx.sink.add(weight_grads, grad)
-        return grad if ctx.needs_input_grad[0] else None, None, None
+        return grad if ctx.needs_input_grad[0] else None, None, None, None
 
 
 # ---------------------------------------------------------------------- ops used by the model
@@ -191,11 +191,12 @@ def embedding(tokens: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _EmbeddingFn.apply(tokens, weight, sink)
 
 
-def add_position(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def add_position(x: torch.Tensor, pos: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """x plus the positional embeddings of positions offset .. offset + T - 1."""
     sink = _sink()
     if sink is None:
-        return x + pos[: x.shape[1]]
-    return _AddPositionFn.apply(x, pos, sink)
+        return x + pos[offset: offset + x.shape[1]]
+    return _AddPositionFn.apply(x, pos, offset, sink)
 
 
 # ---------------------------------------------------------------------- memory accounting

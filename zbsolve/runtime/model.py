@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as Fn
 from torch import nn
 
 from zbsolve.runtime import iw_split as iw
+
+if TYPE_CHECKING:
+    from zbsolve.runtime.segmented import BlockKV, SegmentKV
 
 PRESETS: dict[str, dict[str, int]] = {
     # small enough for a CPU test suite, large enough that matmuls dominate
@@ -104,11 +108,16 @@ class Block(nn.Module):
         self.fc = Linear(h, 4 * h)
         self.out = Linear(4 * h, h)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: BlockKV | None = None) -> torch.Tensor:
+        """``kv``: this block's keys and values of the earlier segments of the microbatch (a
+        sequence segment's forward, :mod:`zbsolve.runtime.segmented`); None: a whole sequence."""
         b, t, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
         q, k, v = (z.view(b, t, self.heads, h // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = Fn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if kv is None:
+            y = Fn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = kv.attend(q, k, v)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, h))
         return x + self.out(Fn.gelu(self.fc(self.ln2(x))))
 
@@ -119,8 +128,9 @@ class Embedding(nn.Module):
         self.tok = nn.Parameter(torch.randn(cfg.vocab, cfg.hidden) * 0.02)
         self.pos = nn.Parameter(torch.randn(cfg.seq, cfg.hidden) * 0.02)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return iw.add_position(iw.embedding(tokens, self.tok), self.pos)
+    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``offset``: the position of the first token (a later sequence segment's)."""
+        return iw.add_position(iw.embedding(tokens, self.tok), self.pos, offset)
 
 
 class Head(nn.Module):
@@ -150,11 +160,13 @@ class StageModule(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.head = head
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: SegmentKV | None = None) -> torch.Tensor:
+        """``kv``: one sequence segment's view of its microbatch's key/value cache (its offset
+        and every block's earlier keys and values); None: the whole sequence."""
         if self.embed is not None:
-            x = self.embed(x)
-        for block in self.blocks:
-            x = block(x)
+            x = self.embed(x, kv.start if kv is not None else 0)
+        for i, block in enumerate(self.blocks):
+            x = block(x, kv.block(i) if kv is not None else None)
         if self.head is not None:
             x = self.head(x)
         return x

@@ -45,18 +45,23 @@ class P2P:
     shape: tuple[int, ...]  # every payload is (microbatch size, seq, hidden) fp32
     timeout_s: float
     stage_via_host: bool = False  # gloo with a CUDA model
-    recvs: dict[tuple[str, int, int], _Recv] = field(default_factory=dict)
+    segment_shapes: tuple[tuple[int, ...], ...] = ()  # per sequence segment, when there are
+    recvs: dict[tuple[str, int, int, int], _Recv] = field(default_factory=dict)
     sends: list[tuple[_Works, torch.Tensor, str]] = field(default_factory=list)
 
     @property
     def _wire_device(self) -> torch.device:
         return torch.device("cpu") if self.stage_via_host else self.device
 
-    def post(self, batch: list[tuple[str, int, int, int, torch.Tensor | None]]) -> None:
-        """Post one batch: (kind, stage, mb, peer, payload for sends) per action."""
+    def shape_of(self, seg: int) -> tuple[int, ...]:
+        """A payload's shape: a segment's tokens only, (microbatch size, its length, hidden)."""
+        return self.segment_shapes[seg] if self.segment_shapes else self.shape
+
+    def post(self, batch: list[tuple[str, int, int, int, int, torch.Tensor | None]]) -> None:
+        """Post one batch: (kind, stage, mb, segment, peer, payload for sends) per action."""
         ops, sends, recvs = [], [], []
-        for kind, stage, mb, peer, payload in batch:
-            what = f"{stage}{kind}{mb} with rank {peer}"
+        for kind, stage, mb, seg, peer, payload in batch:
+            what = f"{stage}{kind}{mb}" + (f".{seg}" if seg else "") + f" with rank {peer}"
             if kind.startswith("SEND"):
                 if payload is None:
                     raise RuntimeError(f"{what}: nothing to send (its producer has not run)")
@@ -65,10 +70,11 @@ class P2P:
                 ops.append(dist.P2POp(dist.isend, tensor, peer))
                 sends.append((tensor, what))
             else:
-                key = (kind[-1], stage, mb)
+                key = (kind[-1], stage, mb, seg)
                 if key in self.recvs:
                     raise RuntimeError(f"{what}: received twice before it was used")
-                buffer = torch.empty(self.shape, dtype=torch.float32, device=self._wire_device)
+                buffer = torch.empty(self.shape_of(seg), dtype=torch.float32,
+                                     device=self._wire_device)
                 ops.append(dist.P2POp(dist.irecv, buffer, peer))
                 recvs.append((key, buffer, what))
         works = _Works(dist.batch_isend_irecv(ops) if ops else [])
@@ -77,13 +83,14 @@ class P2P:
         for key, buffer, what in recvs:
             self.recvs[key] = _Recv(buffer, works, what)
 
-    def take(self, direction: str, stage: int, mb: int) -> torch.Tensor:
-        """The received payload for (direction, consumer stage, mb), waiting for it if needed."""
-        key = (direction, stage, mb)
+    def take(self, direction: str, stage: int, mb: int, seg: int = 0) -> torch.Tensor:
+        """The received payload for (direction, consumer stage, mb, segment), waiting for it if
+        needed."""
+        key = (direction, stage, mb, seg)
         if key not in self.recvs:
             raise RuntimeError(
-                f"stage {stage} microbatch {mb}: needs a RECV_{direction} that the table did not "
-                "post before this compute"
+                f"stage {stage} microbatch {mb}" + (f" segment {seg}" if seg else "")
+                + f": needs a RECV_{direction} that the table did not post before this compute"
             )
         recv = self.recvs.pop(key)
         self._wait(recv.works, recv.what)

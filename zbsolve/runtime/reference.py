@@ -7,7 +7,8 @@ Agreement therefore covers the stage split, the hand-offs, the I/W split and the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -64,15 +65,30 @@ class Comparison:
     Relative to the tensor's scale rather than elementwise: summing microbatch gradients in a
     different order moves near-zero entries by a few ulps of the tensor's scale, which an
     elementwise ratio would blow up without any real disagreement.
+
+    A comparison can only pass on finite numbers of the right shape: a NaN or an infinity on
+    either side (the run or the reference) is a failure naming the tensor (``nonfinite``), as
+    are a tensor of another shape or one the reference does not have (``mismatched``) and one
+    the run did not produce (``missing``). NaN compares False with everything, so a "largest
+    difference" kept with ``>`` would otherwise let it through.
     """
 
     max_rel: float
     worst: str
     checked: int
     missing: list[str]
+    nonfinite: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
 
     def ok(self, rtol: float) -> bool:
-        return not self.missing and self.max_rel <= rtol
+        return (not self.missing and not self.nonfinite and not self.mismatched
+                and self.max_rel <= rtol)
+
+    def problems(self) -> list[str]:
+        """What makes the comparison fail regardless of the tolerance, most severe first."""
+        return ([f"non-finite {x}" for x in self.nonfinite]
+                + [f"missing {x}" for x in self.missing]
+                + [f"mismatched {x}" for x in self.mismatched])
 
 
 def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -82,28 +98,53 @@ def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
+def _finite(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t.detach()).all())
+
+
 def compare(run_steps: list[StepRecord], run_params: dict[str, torch.Tensor],
             ref: ReferenceRun) -> Comparison:
-    worst, max_rel, checked, missing = "", 0.0, 0, []
+    """Every loss, gradient and final parameter of the run against the reference."""
+    cmp = Comparison(0.0, "", 0, [])
 
     def consider(name: str, value: float) -> None:
-        nonlocal worst, max_rel, checked
-        checked += 1
-        if value > max_rel or not worst:
-            worst, max_rel = name, value
+        cmp.checked += 1
+        if value > cmp.max_rel or not cmp.worst:
+            cmp.worst, cmp.max_rel = name, value
 
-    for i, (got, want) in enumerate(zip(run_steps, ref.steps)):
-        consider(f"step {i} loss", abs(got.loss - want.loss) / max(abs(want.loss), 1e-30))
-        for name, g in want.grads.items():
-            if name not in got.grads:
-                missing.append(f"step {i} grad {name}")
-                continue
-            consider(f"step {i} grad {name}", rel_diff(got.grads[name], g))
+    def tensor(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+        if tuple(got.shape) != tuple(want.shape):
+            cmp.mismatched.append(f"{name}: shape {tuple(got.shape)}, reference "
+                                  f"{tuple(want.shape)}")
+            return
+        bad = [side for side, t in (("run", got), ("reference", want)) if not _finite(t)]
+        if bad:
+            cmp.checked += 1
+            cmp.nonfinite.append(f"{name} (in the {' and the '.join(bad)})")
+            return
+        consider(name, rel_diff(got, want))
+
+    def tensors(prefix: str, got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+        for name, w in want.items():
+            if name not in got:
+                cmp.missing.append(f"{prefix} {name}")
+            else:
+                tensor(f"{prefix} {name}", got[name], w)
+        for name in got:
+            if name not in want:
+                cmp.mismatched.append(f"{prefix} {name}: not in the reference")
+
     if len(run_steps) != len(ref.steps):
-        missing.append(f"{len(run_steps)} steps run, {len(ref.steps)} in the reference")
-    for name, p in ref.params.items():
-        if name not in run_params:
-            missing.append(f"param {name}")
-            continue
-        consider(f"param {name}", rel_diff(run_params[name], p))
-    return Comparison(max_rel, worst, checked, missing)
+        cmp.missing.append(f"{len(run_steps)} steps run, {len(ref.steps)} in the reference")
+    for i, (got, want) in enumerate(zip(run_steps, ref.steps)):
+        name = f"step {i} loss"
+        bad = [side for side, x in (("run", got.loss), ("reference", want.loss))
+               if not math.isfinite(x)]
+        if bad:
+            cmp.checked += 1
+            cmp.nonfinite.append(f"{name} (in the {' and the '.join(bad)})")
+        else:
+            consider(name, abs(got.loss - want.loss) / max(abs(want.loss), 1e-30))
+        tensors(f"step {i} grad", got.grads, want.grads)
+    tensors("param", run_params, ref.params)
+    return cmp

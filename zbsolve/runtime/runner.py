@@ -67,6 +67,7 @@ class RunOptions:
     timeout_s: float = 60.0
     rtol: float = 1e-5
     threads: int = 1  # torch intra-op threads per rank on CPU
+    allow_over_memory: bool = False  # run a table over its instance's memory limit
     fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
     hang_at: tuple[int, int] | None = None  # (rank, action index): stall there (tests)
 
@@ -95,22 +96,38 @@ class RankContext:
 
 
 def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any],
-                engine: str = "ours") -> None:
-    """Refuse, before anything runs, a table that cannot run on this launch, model and engine."""
+                engine: str = "ours", *, allow_over_memory: bool = False) -> None:
+    """Refuse, before anything runs, a table that cannot run on this launch, model and engine.
+
+    First what the table gets wrong by itself (``zbsolve.export.judge.judge_table``): its
+    embedded instance, layout and fused-backward flag, its compute order (the simulator), its
+    own SEND/RECV actions (``p2p_check``, blocking and batched) and its instance's memory limit
+    (unless ``allow_over_memory``); then what does not fit this launch: the world size, a
+    model with fewer layers than the table has stages, segments on torch's engine or a model
+    without segment support.
+    """
+    from zbsolve.export.judge import judge_table
+
+    verdict = judge_table(table, allow_over_memory=allow_over_memory)
+    if not verdict.ok:
+        hint = ""
+        if verdict.problems[0].startswith("memory:"):
+            hint = " (run it anyway with --allow-over-memory)"
+        raise TableMismatch(
+            f"table {table.schedule_name!r} cannot run: {verdict.summary_line()}{hint}")
     if table.ranks != world:
         raise TableMismatch(
             f"table {table.schedule_name!r} is for {table.ranks} ranks but the launch has world "
             f"size {world}: use --nproc {table.ranks} (or torchrun --nproc-per-node/--nnodes "
             f"giving {table.ranks} ranks), or export the schedule for {world} devices"
         )
-    if len(table.placement) != table.stages or table.stages < 1:
-        raise TableMismatch("table placement: expected one rank per logical stage")
-    outside = sorted({r for r in table.placement if not 0 <= r < world})
-    if outside:
-        raise TableMismatch(f"table placement names rank(s) {outside} outside 0..{world - 1}")
-    empty = sorted(set(range(world)) - set(table.placement))
-    if empty:
-        raise TableMismatch(f"table placement leaves rank(s) {empty} without a stage")
+    # (a placement naming a rank outside 0..world-1 or leaving one without a stage is refused
+    # above: the embedded instance must load, and its placement must be the table's)
+    if int(table.instance.get("segments", 1)) > 1:
+        if engine == "torch":
+            raise TableMismatch("engine torch: torch's pipelining runtime has no sequence "
+                                "segments; run segmented tables with --engine ours")
+        _check_segmented(table, cfg)
     layout = layout_of(table)
     if layout.replicas > 1 and engine == "torch":
         raise TableMismatch(
@@ -131,6 +148,32 @@ def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any
         raise TableMismatch(str(exc)) from None
 
 
+def _check_segmented(table: ExecutorTable, cfg: GPTConfig | dict[str, Any]) -> None:
+    from zbsolve.export.executor import instance_of
+    from zbsolve.runtime.segmented import check_segments
+
+    kind = cfg.get("kind", "gpt") if isinstance(cfg, dict) else "gpt"
+    seq = (cfg.seq if isinstance(cfg, GPTConfig) else cfg.get("seq")) if kind == "gpt" else None
+    try:
+        check_segments(str(kind), instance_of(table).segment_lengths,
+                       int(seq) if seq is not None else GPTConfig().seq)
+    except ValueError as exc:
+        raise TableMismatch(f"table {table.schedule_name!r}: {exc}") from None
+
+
+def table_segments(table: ExecutorTable, work: Workload) -> tuple[int, ...] | None:
+    """Token lengths of the table's sequence segments (None: whole microbatches); ValueError
+    when the model cannot run segments (:mod:`zbsolve.runtime.segmented`)."""
+    k = int(table.instance.get("segments", 1))
+    if k == 1:
+        return None
+    from zbsolve.export.executor import instance_of
+    from zbsolve.runtime.segmented import check_segments
+
+    seq = work.boundary[1] if work.label == "gpt" else None
+    return check_segments(work.label, instance_of(table).segment_lengths, seq)
+
+
 # ---------------------------------------------------------------------- our engine
 Key = tuple[str, int, int, int]  # (direction "F" | "B", stage, mb, seg)
 
@@ -141,9 +184,10 @@ class _RankState:
 
     rank: int
     graph: TaskGraph  # who feeds whom: every input and output route is read off it
-    runners: dict[int, Any]  # graph stage -> StageRunner / GraphStageRunner
+    runners: dict[int, Any]  # graph stage -> StageRunner, GraphStageRunner or Segmented...
     p2p: P2P
     early: dict[int, int]  # pair action index -> its forward's SEND (overlap.early_sends)
+    segmented: bool = False  # the table runs (microbatch, segment) units
     local: dict[Key, torch.Tensor] = field(default_factory=dict)  # (dir, consumer stage, ...)
     to_send: dict[Key, torch.Tensor] = field(default_factory=dict)  # (dir, producer stage, ...)
     sent_early: set[Key] = field(default_factory=set)  # sends a pair already posted
@@ -153,6 +197,14 @@ class _RankState:
 def _direction(producer: Op) -> str:
     """What a hand-off from ``producer`` carries: "F" an activation, "B" an input gradient."""
     return "F" if producer.kind == "F" else "B"
+
+
+def _piece(work: Workload, runner: Any, t: torch.Tensor, mb: int, seg: int,
+           segmented: bool) -> torch.Tensor:
+    """Microbatch ``mb``'s rows of a step's tokens or targets (only segment ``seg``'s columns
+    when the table runs segments)."""
+    t = work.microbatch(t, mb)
+    return runner.segment(t, seg) if segmented else t
 
 
 class _StepLoop:
@@ -181,7 +233,7 @@ class _StepLoop:
                                    "feeds it on this rank")
             return self.st.local.pop(key)
         w0 = self.clock.mark()
-        x = self.st.p2p.take(key[0], op.stage, op.mb)
+        x = self.st.p2p.take(key[0], op.stage, op.mb, op.seg)
         self.stamps.append((index, None, "WAIT", op.stage, op.mb, w0, self.clock.mark(), False))
         return x
 
@@ -206,16 +258,23 @@ class _StepLoop:
             raise RuntimeError(f"rank {self.st.rank}: {op} is for a stage not on this rank")
         return runner
 
+    def _unit(self, op: Op) -> dict[str, int]:
+        """The segment keyword of a segmented runner (whole-microbatch runners take none)."""
+        return {"seg": op.seg} if self.st.segmented else {}
+
+    def _piece(self, t: torch.Tensor, op: Op) -> torch.Tensor:
+        return _piece(self.work, self._runner(op), t, op.mb, op.seg,
+                      self.st.segmented).to(self.ctx.device)
+
     # ------------------------------------------------------------ ops
     def forward(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
-        runner, g, dev = self._runner(op), self.st.graph, self.ctx.device
+        runner, g = self._runner(op), self.st.graph
         x = self._input(op, index)
         if x is None:
-            x = self.work.microbatch(self.tokens, op.mb).to(dev)
-        tgt = self.work.microbatch(self.targets, op.mb).to(dev) if op.stage == g.last[op.stage] \
-            else None
+            x = self._piece(self.tokens, op)
+        tgt = self._piece(self.targets, op) if op.stage == g.last[op.stage] else None
         t0 = self.clock.mark()
-        out = runner.forward(op.mb, x, tgt)
+        out = runner.forward(op.mb, x, tgt, **self._unit(op))
         self._stamp(index, action, op, t0, in_pair)
         if op.stage != g.last[op.stage]:
             self._hand_on(op, out)
@@ -225,14 +284,15 @@ class _StepLoop:
         runner = self._runner(op)
         grad = self._input(op, index)
         t0 = self.clock.mark()
-        grad_in = (runner.backward_input if op.kind == "I" else runner.backward)(op.mb, grad)
+        grad_in = (runner.backward_input if op.kind == "I" else runner.backward)(
+            op.mb, grad, **self._unit(op))
         self._stamp(index, action, op, t0, in_pair)
         self._hand_on(op, grad_in)
         return t0
 
     def weight(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
         t0 = self.clock.mark()
-        self._runner(op).backward_weight(op.mb)
+        self._runner(op).backward_weight(op.mb, **self._unit(op))
         self._stamp(index, action, op, t0, in_pair)
         return t0
 
@@ -260,7 +320,7 @@ class _StepLoop:
     def _send_early(self, send: Action) -> None:
         key = (send.kind[-1], send.stage, send.mb, send.seg)
         payload = self.st.to_send.pop(key, None)
-        self.st.p2p.post([(send.kind, send.stage, send.mb, send.peer, payload)])
+        self.st.p2p.post([(send.kind, send.stage, send.mb, send.seg, send.peer, payload)])
         self.st.sent_early.add(key)
         self.st.early_count += 1
 
@@ -277,7 +337,7 @@ class _StepLoop:
                 self.st.sent_early.discard(key)  # posted by its pair already
                 continue
             payload = self.st.to_send.pop(key, None) if b.is_send else None
-            batch.append((b.kind, b.stage, b.mb, b.peer, payload))
+            batch.append((b.kind, b.stage, b.mb, b.seg, b.peer, payload))
         self.st.p2p.post(batch)
         t1 = self.clock.mark()
         for k in range(i, j):
@@ -348,17 +408,30 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
     copies = stage_copies(work, layout, ctx.rank)
     sync_groups(layout, ctx.groups)
     memory = MemoryTracker()
-    runners = {
-        s: work.make_runner(module.to(ctx.device), layout.model_stage(s), layout.model_stages,
-                            work.loss_fn, 1.0 / m, memory)
-        for s, (module, _) in copies.items()
-    }
+    lengths = table_segments(table, work)
+    if lengths is None:
+        runners = {
+            s: work.make_runner(module.to(ctx.device), layout.model_stage(s),
+                                layout.model_stages, work.loss_fn, 1.0 / m, memory)
+            for s, (module, _) in copies.items()
+        }
+        shapes: tuple[tuple[int, ...], ...] = ()
+    else:
+        from zbsolve.runtime.segmented import SegmentedStageRunner
+
+        runners = {s: SegmentedStageRunner(module.to(ctx.device), layout.model_stage(s),
+                                           layout.model_stages, work.loss_fn, 1.0 / m, memory,
+                                           lengths)
+                   for s, (module, _) in copies.items()}
+        b, _, h = work.boundary
+        shapes = tuple((b, n, h) for n in lengths)
     params = {s: names for s, (_, names) in copies.items()}
     opt = make_optimizer([p for names in params.values() for p in names.values()], ctx.opts.lr)
     p2p = P2P(ctx.device, work.boundary, ctx.opts.timeout_s,
-              stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda")
+              stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda",
+              segment_shapes=shapes)
     early = early_sends(table.actions[ctx.rank], mixed_batches=ctx.opts.backend == "gloo")
-    state = _RankState(ctx.rank, graph, runners, p2p, early)
+    state = _RankState(ctx.rank, graph, runners, p2p, early, segmented=lengths is not None)
     clock = Clock(ctx.device)
     timings: list[Timing] = []
     steps: list[dict[str, Any]] = []
@@ -445,9 +518,13 @@ def _compare_replicas(per_replica, ref) -> Comparison:
     if len(results) == 1:
         return results[0]
     worst = max(range(len(results)), key=lambda r: results[r].max_rel)
+
+    def each(field: str) -> list[str]:
+        return [f"replica {r}: {x}" for r, c in enumerate(results) for x in getattr(c, field)]
+
     return Comparison(results[worst].max_rel, f"replica {worst}: {results[worst].worst}",
-                      sum(c.checked for c in results),
-                      [f"replica {r}: {x}" for r, c in enumerate(results) for x in c.missing])
+                      sum(c.checked for c in results), each("missing"),
+                      nonfinite=each("nonfinite"), mismatched=each("mismatched"))
 
 
 def _copies_max_abs(per_replica) -> float | None:
@@ -474,7 +551,7 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the report, the others None."""
     table = ExecutorTable.from_dict(job.table)
     check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model),
-                job.engine)
+                job.engine, allow_over_memory=ctx.opts.allow_over_memory)
     layout = layout_of(table)
     work = workload_for(job.model, layout.model_stages, table.instance)
     if job.engine == "ours":
@@ -526,6 +603,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "worst": cmp.worst,
         "checked": cmp.checked,
         "missing": cmp.missing,
+        "nonfinite": cmp.nonfinite,
+        "mismatched": cmp.mismatched,
         "rtol": ctx.opts.rtol,
         "ok": cmp.ok(ctx.opts.rtol),
         "peak_activation_bytes": [g["steps"][last]["peak_bytes"] for g in gathered],
@@ -542,9 +621,10 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         if job.trace:
             import json
 
+            from zbsolve.io import atomic_write_text
+
             trace = chrome_trace(flat, last, report["timing"]["unit_ms"],
                                  report["peak_activation_bytes"])
-            with open(job.trace, "w") as fh:
-                json.dump(trace, fh)
+            atomic_write_text(job.trace, json.dumps(trace))
             report["trace"] = job.trace
     return report

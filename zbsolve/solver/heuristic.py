@@ -94,12 +94,12 @@ class GreedyParams:
         return f"cap={cap}/{self.w_policy}{slack}/I:{self.i_pick}/F:{self.f_pick}{res}{hold}"
 
 
-def _key(pick: str, stage: int, mb: int) -> tuple[int, int]:
+def _key(pick: str, stage: int, mb: int, seg: int = 0) -> tuple[int, int, int]:
     if pick == "deep":
-        return (-stage, mb)
+        return (-stage, mb, seg)
     if pick == "shallow":
-        return (stage, mb)
-    return (mb, -stage)
+        return (stage, mb, seg)
+    return (mb, -stage, seg)
 
 
 def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
@@ -107,60 +107,70 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
 
     Arrivals follow the task graph's successors (``zbsolve.graph``); with two replicas each
     replica's microbatches are admitted on a device by that replica's first stage there.
+    With sequence segments the state is per unit (stage, microbatch, segment): a stage runs its
+    forwards in (microbatch, segment) order, a unit is admitted (and reserved) by its first
+    stage's forward, and an op is ready when all of its inputs have arrived (a segment's
+    forward also waits for the previous segment's, its backward for the next segment's).
     """
     check_memory(inst)
     graph = TaskGraph(inst)
     p, m, S = inst.devices, inst.microbatches, inst.stages
-    R, S1 = inst.replicas, inst.model_stages
+    R, S1, K = inst.replicas, inst.model_stages, inst.segments
     place = inst.placement
-    act, wgt = inst.activation, inst.weight
-    dur_f, dur_i, dur_w = inst.F, inst.I, inst.W
+    act, wgt = inst.segment_table("activation"), inst.segment_table("weight")
+    duration = inst.duration
 
     dev_stages = [inst.stages_of(d) for d in range(p)]
-    mbs_of = [list(inst.microbatches_of(s)) for s in range(S)]
+    units_of = [[(j, g) for j in inst.microbatches_of(s) for g in range(K)] for s in range(S)]
     # first[d][r]: the device's first stage of replica r (None if it holds none of r's)
     first = [[min((s for s in st if s // S1 == r), default=None) for r in range(R)]
              for st in dev_stages]
-    need = [[sum(act[s] for s in st if s // S1 == r) for r in range(R)] for st in dev_stages]
+    need = [[[sum(act[s][g] for s in st if s // S1 == r) for g in range(K)] for r in range(R)]
+            for st in dev_stages]
     # A chain's last stage is self-resolving: its I needs only its own F, so it needs no
     # reservation per microbatch, only one free slot on its device (kept by the admission rule).
-    reserve = [list(row) for row in need]
-    is_last = [graph.last[s] == s for s in range(S)]
+    # Not with segments: a segment's I there also waits for the next segments' forwards.
+    reserve = [[list(g_row) for g_row in row] for row in need]
+    is_last = [graph.last[s] == s and K == 1 for s in range(S)]
     for r in range(R):
         last = r * S1 + S1 - 1
         dl = place[last]
-        if first[dl][r] != last:
-            reserve[dl][r] -= act[last]
+        if first[dl][r] != last and K == 1:
+            reserve[dl][r][0] -= act[last][0]
     limit = [math.inf if x is None else x - inst.resident(d) for d, x in enumerate(inst.limit)]
     if params.cap is None:
-        cap = [m + 1] * p
-    else:
+        cap = [m * K + 1] * p
+    else:  # in units: the warm-up depth, plus the k - 1 segments of Seq1F1B's warm-up
         v = inst.chunks
         depth = [max(S1 - f % S1 for f in row if f is not None) for row in first]
-        cap = [max(1, math.ceil(params.cap * depth[d] / v)) for d in range(p)]
+        # at least k: a microbatch's first backward waits for all of its segments' forwards
+        cap = [max(K, math.ceil(params.cap * (depth[d] + K - 1) / v)) for d in range(p)]
 
     free = [0.0] * p
     mem = [0.0] * p
     outstanding = [0.0] * p  # reserved but not yet allocated
-    res_left: list[dict[int, float]] = [dict() for _ in range(p)]
+    res_left: list[dict[tuple[int, int], float]] = [dict() for _ in range(p)]
     inflight = [0] * p
     started_i = [False] * p
-    next_f = [0] * S  # index into mbs_of[s]
-    f_arr: list[list[float | None]] = [[None] * m for _ in range(S)]
+    next_f = [0] * S  # index into units_of[s]
+    f_arr: list[dict[tuple[int, int], float]] = [{} for _ in range(S)]
     for s in range(S):
         if graph.first[s] == s:
-            for j in mbs_of[s]:
-                f_arr[s][j] = 0.0
-    i_pending: list[list[tuple[float, tuple[int, int], int, int]]] = [[] for _ in range(p)]
-    i_ready: list[list[tuple[tuple[int, int], int, int]]] = [[] for _ in range(p)]
-    w_queue: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
+            for j in inst.microbatches_of(s):
+                f_arr[s][(j, 0)] = 0.0
+    i_pending: list[list[tuple[float, tuple[int, int, int], int, int, int]]] = [
+        [] for _ in range(p)]
+    i_ready: list[list[tuple[tuple[int, int, int], int, int, int]]] = [[] for _ in range(p)]
+    w_queue: list[deque[tuple[int, int, int]]] = [deque() for _ in range(p)]
     orders: list[list[Op]] = [[] for _ in range(p)]
     decision: list[float | None] = [0.0] * p
     heap: list[tuple[float, int]] = [(0.0, d) for d in range(p)]
     heapq.heapify(heap)
     remaining = sum(1 for _ in graph.units()) * 3
+    # ops with several inputs (segments): inputs still missing, latest arrival so far
+    waits: dict[Op, list] = {}
 
-    succs = graph.succs
+    succs, preds = graph.succs, graph.preds
 
     def notify(dd: int, arrival: float) -> None:
         t = max(arrival, free[dd])
@@ -169,33 +179,44 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
             decision[dd] = t
             heapq.heappush(heap, (t, dd))
 
-    def admissible(d: int, s: int, mb: int) -> bool:
+    def admissible(d: int, s: int, mb: int, g: int) -> bool:
         r = s // S1
         if s == first[d][r]:
             if inflight[d] >= cap[d]:
                 return False
-            extra = need[d][r] if params.reserve else act[s]  # reserve + the shared slot
+            extra = need[d][r][g] if params.reserve else act[s][g]  # reserve + the shared slot
             return mem[d] + outstanding[d] + extra <= limit[d] + EPS
         if params.reserve and is_last[s]:
-            return mem[d] + outstanding[d] + act[s] <= limit[d] + EPS
+            return mem[d] + outstanding[d] + act[s][g] <= limit[d] + EPS
         if params.reserve:
             return True  # covered by the reservation made on admission
-        return mem[d] + act[s] <= limit[d] + EPS
+        return mem[d] + act[s][g] <= limit[d] + EPS
 
     def arrive(d: int, op: Op, end: float) -> None:
         """Hand the outputs of a finished op of device d to its successors (the graph's edges)."""
-        for (kind, s2, mb2, _), delay in succs(op):
+        for nxt, delay in succs(op):
+            kind, s2, mb2, g2 = nxt
             if kind == "SYNC":
                 continue  # the replicas' all-reduce: no device runs it
             dd = place[s2]
             arrival = end + delay
+            if K > 1:  # a segment's op may wait for two inputs: ready when both have come
+                left = waits.get(nxt)
+                if left is None:
+                    left = waits[nxt] = [len(preds(nxt)), arrival]
+                left[0] -= 1
+                left[1] = max(left[1], arrival)
+                if left[0]:
+                    continue
+                arrival = waits.pop(nxt)[1]
             if kind == "F":
-                f_arr[s2][mb2] = arrival
+                f_arr[s2][(mb2, g2)] = arrival
             elif kind == "W":
-                w_queue[dd].append((s2, mb2))
+                w_queue[dd].append((s2, mb2, g2))
                 continue
             else:
-                heapq.heappush(i_pending[dd], (arrival, _key(params.i_pick, s2, mb2), s2, mb2))
+                heapq.heappush(i_pending[dd], (arrival, _key(params.i_pick, s2, mb2, g2), s2,
+                                               mb2, g2))
             if dd != d:
                 notify(dd, arrival)
 
@@ -207,26 +228,26 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
             continue  # stale entry
         pend, ready = i_pending[d], i_ready[d]
         while pend and pend[0][0] <= t + EPS:
-            _, key, s, mb = heapq.heappop(pend)
-            heapq.heappush(ready, (key, s, mb))
+            _, key, s, mb, g = heapq.heappop(pend)
+            heapq.heappush(ready, (key, s, mb, g))
         op: Op | None = None
         if ready:
-            _, s, mb = heapq.heappop(ready)
-            op = Op("I", s, mb)
+            _, s, mb, g = heapq.heappop(ready)
+            op = Op("I", s, mb, g)
         else:
             best = None
             next_arrival = pend[0][0] if pend else math.inf
             for s in dev_stages[d]:
-                if next_f[s] >= len(mbs_of[s]):
+                if next_f[s] >= len(units_of[s]):
                     continue
-                mb = mbs_of[s][next_f[s]]
-                arr = f_arr[s][mb]
-                if arr is None or not admissible(d, s, mb):
+                mb, g = units_of[s][next_f[s]]
+                arr = f_arr[s].get((mb, g))
+                if arr is None or not admissible(d, s, mb, g):
                     continue
                 if arr <= t + EPS:
-                    key = _key(params.f_pick, s, mb)
+                    key = _key(params.f_pick, s, mb, g)
                     if best is None or key < best[0]:
-                        best = (key, s, mb)
+                        best = (key, s, mb, g)
                 else:
                     next_arrival = min(next_arrival, arr)
             i_next = pend[0][0] if pend else math.inf
@@ -234,25 +255,25 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
                 best is not None
                 and params.hold_f
                 and (not params.hold_warmup_only or not started_i[d])
-                and t + EPS < i_next < t + params.hold_f * dur_f[best[1]]
+                and t + EPS < i_next < t + params.hold_f * duration("F", best[1], best[3])
             ):
                 decision[d] = i_next  # idle a little rather than delay the incoming I
                 heapq.heappush(heap, (i_next, d))
                 continue
             if best is not None:
-                op = Op("F", best[1], best[2])
+                op = Op("F", best[1], best[2], best[3])
             elif w_queue[d]:
-                s, mb = w_queue[d][0]
+                s, mb, g = w_queue[d][0]
                 if (
                     params.w_policy == "fit"
-                    and next_arrival < t + (1.0 - params.w_slack) * dur_w[s] - EPS
+                    and next_arrival < t + (1.0 - params.w_slack) * duration("W", s, g) - EPS
                     and next_arrival > t + EPS
                 ):
                     decision[d] = next_arrival
                     heapq.heappush(heap, (next_arrival, d))
                     continue
                 w_queue[d].popleft()
-                op = Op("W", s, mb)
+                op = Op("W", s, mb, g)
             else:
                 if next_arrival < math.inf:
                     decision[d] = next_arrival
@@ -261,33 +282,32 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
                     decision[d] = None  # wait to be notified
                 continue
 
-        kind, s, mb, _ = op
+        kind, s, mb, g = op
         r = s // S1
         orders[d].append(op)
         remaining -= 1
+        end = t + duration(kind, s, g)
+        a = act[s][g]
         if kind == "F":
-            end = t + dur_f[s]
             next_f[s] += 1
             if s == first[d][r]:
                 inflight[d] += 1
                 if params.reserve:
-                    res_left[d][mb] = reserve[d][r] - act[s]
-                    outstanding[d] += reserve[d][r] - act[s]
+                    res_left[d][(mb, g)] = reserve[d][r][g] - a
+                    outstanding[d] += reserve[d][r][g] - a
             elif params.reserve and not is_last[s]:
-                res_left[d][mb] -= act[s]
-                outstanding[d] -= act[s]
-            mem[d] += act[s]
+                res_left[d][(mb, g)] -= a
+                outstanding[d] -= a
+            mem[d] += a
         elif kind == "I":
             started_i[d] = True
-            end = t + dur_i[s]
-            mem[d] -= act[s] - wgt[s]
+            mem[d] -= a - wgt[s][g]
             if s == first[d][r]:
                 inflight[d] -= 1
                 if params.reserve:
-                    outstanding[d] -= res_left[d].pop(mb)
+                    outstanding[d] -= res_left[d].pop((mb, g))
         else:
-            end = t + dur_w[s]
-            mem[d] -= wgt[s]
+            mem[d] -= wgt[s][g]
         arrive(d, op, end)
         free[d] = end
         decision[d] = end

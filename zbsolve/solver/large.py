@@ -110,7 +110,8 @@ def closed_cut(graph: TaskGraph, orders: list[list[Op]], cut: list[int]) -> list
 
 def mb_cut(inst: Instance, orders: list[list[Op]], sim: SimResult, j: int) -> list[int]:
     """Per device, where the backward wave of microbatch j passes: the index of its first op that
-    starts at or after I(lowest stage of the device that runs j, j). A diagonal through time
+    starts at or after the first I of j on the lowest stage of the device that runs j (its last
+    segment's: a microbatch's segments go back newest first). A diagonal through time
     that follows the pipeline (a vertical time cut would split the long cool-down of the first
     devices)."""
     if j <= 0:
@@ -121,7 +122,7 @@ def mb_cut(inst: Instance, orders: list[list[Op]], sim: SimResult, j: int) -> li
             out.append(len(row))
             continue
         low = min(op.stage for op in row if j in inst.microbatches_of(op.stage))
-        t = sim.start[Op(Kind.I, low, j)]
+        t = sim.start[Op(Kind.I, low, j, inst.segments - 1)]  # j's first I: its last segment
         out.append(next((k for k, op in enumerate(row) if sim.start[op] >= t - TOL), len(row)))
     return out
 

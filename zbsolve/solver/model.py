@@ -62,7 +62,7 @@ class TimeScale:
 
     @staticmethod
     def choose(inst: Instance) -> TimeScale:
-        times = [x for x in (*inst.F, *inst.I, *inst.W, *inst.sync, inst.comm, *_pair_works(inst))
+        times = [x for x in (*_op_times(inst), *inst.sync, inst.comm, *_pair_works(inst))
                  if x > 0]
         t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
         if t_scale is None:
@@ -72,9 +72,9 @@ class TimeScale:
             )
         err = max((abs(round(x * t_scale) - x * t_scale) / (x * t_scale) for x in times),
                   default=0.0)
-        mems = [x for x in (*inst.activation, *inst.weight, *inst.params,
+        mems = [x for x in (*_unit_memories(inst), *inst.params,
                             *(v for v in inst.limit if v is not None)) if x > 0]
-        m_scale = _pick_scale(mems, exact=True)
+        m_scale = _pick_scale(mems, exact=True) or _segment_memory_scale(inst, mems)
         return TimeScale(t_scale, m_scale or 10**4, err if err > 1e-12 else 0.0,
                          m_scale is not None)
 
@@ -96,6 +96,28 @@ class TimeScale:
     def exact(self) -> bool:
         """True when the integer model is the instance itself (its bound is the true bound)."""
         return self.time_error == 0.0 and self.memory_exact
+
+
+def _op_times(inst: Instance) -> list[float]:
+    """Every F, I, W duration an op can have (per segment when there are segments)."""
+    return [x for key in ("F", "I", "W") for row in inst.segment_table(key) for x in row]
+
+
+def _unit_memories(inst: Instance) -> list[float]:
+    return [x for key in ("activation", "weight") for row in inst.segment_table(key) for x in row]
+
+
+def _segment_memory_scale(inst: Instance, mems: list[float]) -> int | None:
+    """Segments split memory by length (l / total of each stage's figure), rarely a decimal:
+    10**k times the total length (tokens) makes those exact when the stage figures are."""
+    total = sum(inst.segment_lengths)
+    if inst.segments == 1 or not _is_int(total):
+        return None
+    for k in range(MAX_POW10 + 1):
+        s = int(round(total)) * 10**k
+        if all(_is_int(x * s) for x in mems):
+            return s
+    return None
 
 
 def _pair_works(inst: Instance) -> list[float]:
@@ -133,11 +155,21 @@ def scaled_instance(inst: Instance, scale: TimeScale) -> Instance:
     def mems(values: tuple[float, ...]) -> tuple[float, ...]:
         return tuple(float(scale.mem_up(x)) for x in values)
 
+    limit = tuple(None if x is None else float(scale.mem_down(x)) for x in inst.limit)
+    if inst.segments > 1:  # each segment rounded; the per-stage figures are their sums
+        tables = {key: tuple(times(row) if key in ("F", "I", "W") else mems(row)
+                             for row in inst.segment_table(key))
+                  for key in ("F", "I", "W", "activation", "weight")}
+        wholes = {key: tuple(float(sum(row)) for row in table) for key, table in tables.items()}
+        return dataclasses.replace(
+            inst, **wholes, **{f"seg_{key}": table for key, table in tables.items()},
+            sync=times(inst.sync), comm=float(scale.t(inst.comm)), params=mems(inst.params),
+            limit=limit)
     return dataclasses.replace(
         inst, F=times(inst.F), I=times(inst.I), W=times(inst.W), sync=times(inst.sync),
         comm=float(scale.t(inst.comm)),
         activation=mems(inst.activation), weight=mems(inst.weight), params=mems(inst.params),
-        limit=tuple(None if x is None else float(scale.mem_down(x)) for x in inst.limit),
+        limit=limit,
     )
 
 
@@ -388,7 +420,9 @@ class _Builder:
         replica's microbatches j1 (F) and j2 (I) needs j2 < j1 under the microbatch order
         (F(j1) precedes F(j2) and so I(j2) for j2 >= j1); a window must fit both ops."""
         si, graph, inst, scale = self.si, self.graph, self.inst, self.scale
-        out = []
+        out: list[tuple[Op, Op, int, bool, tuple[int, int]]] = []
+        if si.segments > 1:
+            return out  # pairs of sequence-segment units are not modelled (whole-unit durations)
         for d in range(si.devices):
             for a, b, x in graph.pair_options(d):
                 for absorbs in (False, True):

@@ -26,27 +26,34 @@ from zbsolve.instance import PLACEMENTS, Instance, InstanceError
 class Layout:
     chunks: int
     placement: str  # loop | v (identical for one chunk, so one chunk is always 'loop')
+    segments: int = 1  # sequence segments per microbatch (zbsolve.segments)
 
     @property
     def label(self) -> str:
-        """Short CSV-friendly name: ``c1``, ``loop-c2``, ``v-c2``."""
-        return "c1" if self.chunks == 1 else f"{self.placement}-c{self.chunks}"
+        """Short CSV-friendly name: ``c1``, ``loop-c2``, ``v-c2``; ``-k4`` with 4 segments."""
+        base = "c1" if self.chunks == 1 else f"{self.placement}-c{self.chunks}"
+        return base if self.segments == 1 else f"{base}-k{self.segments}"
 
 
-def layouts_for(inst: Instance, chunks: list[int] | None, placements: list[str] | None
-                ) -> list[Layout]:
+def layouts_for(inst: Instance, chunks: list[int] | None, placements: list[str] | None,
+                segments: list[int] | None = None) -> list[Layout]:
     """The distinct layouts of a sweep; defaults to the instance's own layout.
 
     With one chunk, loop and V place stage s on device s alike, so they collapse to one layout
-    rather than solving the same case twice.
+    rather than solving the same case twice. ``segments``: sequence segment counts, a layout
+    dimension of its own (each microbatch cut into k pieces along the sequence).
     """
+    segments = segments or [inst.segments]
+    for k in segments:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InstanceError(f"--segments: expected integers >= 1, got {k!r}")
     if inst.placement_kind == "explicit":
         if chunks or placements:
             raise InstanceError(
                 "placement: the instance has an explicit placement, so --chunks/--placements "
                 "cannot re-cut it; give it placement: loop or v, or drop those options"
             )
-        return [Layout(inst.chunks, "explicit")]
+        return sorted({Layout(inst.chunks, "explicit", k) for k in segments})
     chunks = chunks or [inst.chunks]
     placements = placements or [inst.placement_kind]
     for c in chunks:
@@ -55,7 +62,8 @@ def layouts_for(inst: Instance, chunks: list[int] | None, placements: list[str] 
     for kind in placements:
         if kind not in PLACEMENTS:
             raise InstanceError(f"--placements: expected loop and/or v, got {kind!r}")
-    out = {Layout(c, "loop" if c == 1 else kind) for c in chunks for kind in placements}
+    out = {Layout(c, "loop" if c == 1 else kind, k) for c in chunks for kind in placements
+           for k in segments}
     return sorted(out)
 
 
@@ -79,9 +87,18 @@ def _recut(values: tuple[float, ...], v0: int, v: int, p: int) -> list[float]:
 
 
 def relayout(inst: Instance, layout: Layout) -> Instance:
-    """``inst`` re-cut into ``layout`` (same model, same totals), with no memory limit."""
-    if layout.placement == "explicit":
+    """``inst`` re-cut into ``layout`` (same model, same totals), with no memory limit.
+
+    Another segment count splits each stage's whole-microbatch figures again by the instance's
+    segment rule and costs (``segment_lengths``, ``segment_costs``); explicit per-segment tables
+    are kept only in the instance's own layout.
+    """
+    own = (layout.chunks, layout.segments) == (inst.chunks, inst.segments) and (
+        layout.placement in ("explicit", inst.placement_kind))
+    if own:
         return inst.with_(limit=None)
+    if layout.placement == "explicit":
+        return inst.with_(limit=None, segments=layout.segments)
     v0, v, p = inst.chunks, layout.chunks, inst.devices
     if v % v0 and v0 % v:
         raise InstanceError(
@@ -91,6 +108,9 @@ def relayout(inst: Instance, layout: Layout) -> Instance:
     data = inst.to_dict()
     data["name"] = f"{inst.name}[{layout.label}]"
     data["chunks"] = v
+    data["segments"] = layout.segments
+    if v != v0 and isinstance(data.get("segment_model", {}).get("layers"), list):
+        data["segment_model"]["layers"] = _recut_layers(data["segment_model"]["layers"], v0, v)
     data["placement"] = layout.placement
     data["times"] = {k: _recut(getattr(inst, k), v0, v, p) for k in ("F", "I", "W")}
     data["memory"] = {
@@ -99,6 +119,18 @@ def relayout(inst: Instance, layout: Layout) -> Instance:
         "limit": None,
     }
     return Instance.from_dict(data)
+
+
+def _recut_layers(layers: list[int], v0: int, v: int) -> list[int]:
+    """Decoder layers per stage after re-cutting (the cost model needs whole layers)."""
+    if v % v0 == 0:
+        k = v // v0
+        if any(n % k for n in layers):
+            raise InstanceError(f"segment_model.layers: {layers} cannot be cut into {k} pieces "
+                                "of whole layers; give segment_model.layers as one number")
+        return [n // k for n in layers for _ in range(k)]
+    k = v0 // v
+    return [sum(layers[i * k:(i + 1) * k]) for i in range(len(layers) // k)]
 
 
 def reference_peak(inst: Instance) -> float:
@@ -110,7 +142,10 @@ def reference_peak(inst: Instance) -> float:
     from zbsolve.baselines import generate
     from zbsolve.simulate import simulate
 
-    base = relayout(inst, Layout(1, "loop")) if inst.placement_kind != "explicit" else inst
+    if inst.placement_kind != "explicit":
+        base = relayout(inst, Layout(1, "loop"))
+    else:
+        base = inst if inst.segments == 1 else inst.with_(segments=1)
     if base.chunks != 1:
         raise InstanceError(
             "placement: fractions of the 1F1B peak need a one-chunk layout; this explicit "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from zbsolve.instance import InstanceError
+from zbsolve.size_limits import MAX_SWEEP_LIMITS
 
 DIGITS = 10
 """Rounding of generated values, so 0.33 + 2*0.05 and a later sweep's 0.43 are one cache key."""
@@ -27,13 +28,23 @@ def parse_limits(text: str) -> list[float]:
         if stop < start:
             raise InstanceError(f"--limits: stop {stop:g} is below start {start:g}")
         count = math.floor((stop - start) / step + 1e-9) + 1
+        _check_count(count)  # before listing them: 0.5:2:1e-12 would be 1.5e12 values
         values = [round(start + i * step, DIGITS) for i in range(count)]
     else:
-        values = [_number(x, "--limits") for x in text.split(",")]
+        parts = text.split(",")
+        _check_count(len(parts))
+        values = [_number(x, "--limits") for x in parts]
     for x in values:
         if x <= 0:
             raise InstanceError(f"--limits: memory limits must be > 0, got {x:g}")
     return sorted(set(values))
+
+
+def _check_count(count: int) -> None:
+    if count > MAX_SWEEP_LIMITS:
+        raise InstanceError(
+            f"--limits: {count:,} limits is over the limit of {MAX_SWEEP_LIMITS:,} per sweep; "
+            "use a larger step")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:

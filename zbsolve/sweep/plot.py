@@ -91,8 +91,11 @@ def sweep_figure(result):
 
 def plot_sweep(result, path: str | Path) -> Path:
     """Draw ``result`` to ``path`` (format from the suffix: .png, .svg, ...)."""
+    from zbsolve.io import atomic_path
+
     path = Path(path)
-    sweep_figure(result).savefig(path, dpi=130)
+    with atomic_path(path) as tmp:
+        sweep_figure(result).savefig(tmp, dpi=130, format=path.suffix.lstrip(".").lower())
     return path
 
 

@@ -23,17 +23,19 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from zbsolve.files import write_text_atomic
 from zbsolve.instance import Instance, InstanceError, memory_unit_label
+from zbsolve.io import atomic_write_text
 from zbsolve.numeric import fits
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import validate
+from zbsolve.size_limits import MAX_SWEEP_CASES, check_size
 from zbsolve.sweep import cache
 from zbsolve.sweep.front import metric_columns, pareto_flags
 from zbsolve.sweep.layouts import Layout, layouts_for, reference_peak, relayout
@@ -43,7 +45,7 @@ SOLVER_CALLS = 0
 """Solver calls made in this process (the cache test reads it: a cache hit makes none)."""
 
 COLUMNS = [
-    "layout", "chunks", "placement", "limit_fraction", "limit", "schedule", "source", "status",
+    "layout", "chunks", "placement", "segments", "limit_fraction", "limit", "schedule", "source", "status",
     "makespan", "span", "bubble_makespan", "bubble_span", "peak", "peak_fraction", "gap",
     "lower_bound", "solve_time", "hint", "min_limit", "cached", "note", "schedule_file",
     "on_layout_front", "on_front",
@@ -122,10 +124,16 @@ class SweepConfig:
     absolute: bool = False
     chunks: list[int] | None = None
     placements: list[str] | None = None
+    segments: list[int] | None = None  # sequence segment counts (a layout dimension)
     params: SolverParams = field(default_factory=SolverParams)
     jobs: int = 1
     progress: bool = True
     plot: bool = True
+    in_process: bool = False
+    """Solve in this process instead of worker processes (jobs must be 1): for solve functions
+    that cannot be pickled. Ctrl-C then works only if the solve function lets KeyboardInterrupt
+    through; CP-SAT does not (it ends its search and returns), which is why the default runs
+    every case in a worker process, where the sweep alone decides what an interrupt keeps."""
 
 
 @dataclass
@@ -147,7 +155,7 @@ class SweepResult:
 
 
 def build_cases(inst: Instance, config: SweepConfig) -> tuple[list[Case], float | None]:
-    layouts = layouts_for(inst, config.chunks, config.placements)
+    layouts = layouts_for(inst, config.chunks, config.placements, config.segments)
     ref = None
     try:
         ref = reference_peak(inst)
@@ -159,6 +167,7 @@ def build_cases(inst: Instance, config: SweepConfig) -> tuple[list[Case], float 
     else:
         pairs = [(f, round(f * ref, DIGITS)) for f in config.limits]
     params = asdict(config.params)
+    check_size("sweep cases (layouts x limits)", len(layouts) * len(pairs), MAX_SWEEP_CASES)
     cases = []
     for layout in layouts:
         base = relayout(inst, layout)
@@ -168,16 +177,15 @@ def build_cases(inst: Instance, config: SweepConfig) -> tuple[list[Case], float 
     return cases, ref
 
 
-def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveFn,
-             hints: list[Schedule] | None = None) -> tuple[dict[str, Any], Schedule | None]:
-    """Solve one case and cache it; an infeasible limit is an answer (cached), a crash is not.
+def solve_case(case: Case, params: SolverParams, solve_fn: SolveFn,
+               hints: list[Schedule] | None = None
+               ) -> tuple[dict[str, Any], Schedule | None, bool]:
+    """Solve one case: (table row, schedule or None, whether the answer may be cached).
 
-    Returns the table row and the schedule (None when there is none).
+    An infeasible limit is an answer (cacheable); a crash or a wrong schedule is recorded and
+    never cached, so a rerun tries again. Runs in a worker process: it writes nothing.
     """
-    global SOLVER_CALLS
-    SOLVER_CALLS += 1
     row = _case_row(case)
-    schedule = None
     try:
         outcome = solve_fn(case.inst, params, list(hints or []))
         sim = validate(case.inst, outcome.schedule)  # the simulator's figures, and a re-check
@@ -188,22 +196,73 @@ def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveF
         need = max(min_limit) if isinstance(min_limit, (list, tuple)) else float(min_limit)
         row.update(status="infeasible", min_limit=need,
                    note=f"limit {case.limit:g} is below the smallest feasible limit {need:g}")
+        return row, None, True
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # recorded, reported, never cached: a rerun tries again
         row.update(status="error", note=f"{type(exc).__name__}: {exc}")
-        return row, None
-    else:
-        schedule = outcome.schedule
-        row.update(
-            status=outcome.status, makespan=sim.makespan, span=sim.max_span,
-            bubble_makespan=sim.bubble_makespan, bubble_span=sim.bubble_span,
-            peak=max(sim.peak_memory), gap=outcome.gap, lower_bound=outcome.lower_bound,
-            solve_time=outcome.solve_time, hint=outcome.hint,
-        )
+        return row, None, False
+    row.update(
+        status=outcome.status, gap=outcome.gap, lower_bound=outcome.lower_bound,
+        solve_time=outcome.solve_time, hint=outcome.hint, **_figures(sim),
+    )
+    return row, outcome.schedule, True
+
+
+def run_case(case: Case, params: SolverParams, cache_dir: Path, solve_fn: SolveFn,
+             hints: list[Schedule] | None = None) -> tuple[dict[str, Any], Schedule | None]:
+    """Solve one case in this process and cache its answer (see ``solve_case``)."""
+    global SOLVER_CALLS
+    SOLVER_CALLS += 1
+    row, schedule, cacheable = solve_case(case, params, solve_fn, hints)
+    if cacheable:
+        _store(cache_dir, case, row, schedule)
+    return row, schedule
+
+
+def _figures(sim) -> dict[str, float]:
+    """The simulator's figures of a case's schedule: the only numbers a row shows."""
+    return dict(makespan=sim.makespan, span=sim.max_span, bubble_makespan=sim.bubble_makespan,
+                bubble_span=sim.bubble_span, peak=max(sim.peak_memory))
+
+
+_NUMERIC = ("makespan", "span", "bubble_makespan", "bubble_span", "peak", "gap", "lower_bound",
+            "solve_time", "min_limit")
+
+
+def _store(cache_dir: Path, case: Case, row: dict[str, Any], schedule: Schedule | None) -> None:
+    clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
     cache.write_atomic(cache_dir, case.key, {
-        "row": row, "schedule": schedule.to_dict() if schedule is not None else None,
-    })
+        "row": clean, "schedule": schedule.to_dict() if schedule is not None else None})
+
+
+def from_cache(case: Case, entry: dict[str, Any]) -> tuple[dict[str, Any], Schedule | None]:
+    """A cache entry checked before use: its schedule is re-simulated on the case (and must
+    fit its limit), the figures shown are the simulator's, an infeasible answer must say a
+    smallest feasible limit above this one. Raises ValueError (a CacheEntryError) if not."""
+    for k in _NUMERIC:
+        value = entry["row"].get(k)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise cache.CacheEntryError(f"row.{k}: expected a number or null, got {value!r}")
+    if not isinstance(entry["row"].get("status"), str):
+        raise cache.CacheEntryError("row.status: expected a string")
+    row = {**{k: v for k, v in entry["row"].items() if k not in _NUMERIC},
+           **{k: (math.nan if entry["row"].get(k) is None else float(entry["row"][k]))
+              for k in _NUMERIC}}
+    row.update(_case_row(case, cached=True))
+    if entry.get("schedule") is None:
+        need = row.get("min_limit")
+        if row.get("status") != "infeasible" or not isinstance(need, (int, float)) \
+                or not need > case.limit:
+            raise cache.CacheEntryError("an entry without a schedule must be an infeasible "
+                                        "limit with its smallest feasible limit above it")
+        return row, None
+    schedule = Schedule.from_dict(entry["schedule"])
+    try:
+        sim = validate(case.inst, schedule)
+    except ValueError as exc:
+        raise cache.CacheEntryError(f"its schedule does not pass the simulator: {exc}") from None
+    row.update(_figures(sim))
     return row, schedule
 
 
@@ -213,18 +272,30 @@ def run_sweep(inst: Instance, config: SweepConfig, solve_fn: SolveFn | None = No
     solve_fn = solve_fn or solve_with_zbsolve
     if config.jobs < 1:
         raise ValueError(f"--jobs: must be >= 1, got {config.jobs}")
+    if config.in_process and config.jobs != 1:
+        raise ValueError("in_process: runs one case at a time (jobs must be 1)")
     cases, ref = build_cases(inst, config)
     out_dir = Path(config.out_dir)
     cache_dir = out_dir / "cache"
+    from zbsolve.io import check_output
+
+    check_output(cache_dir, kind="folder", what="cache")
     rows: dict[str, dict[str, Any]] = {}
     todo: dict[str, Case] = {}
     pool = HintPool(config.params.objective)
     for case in cases:
-        hit = cache.read(cache_dir, case.key)
+        hit = None
+        try:
+            entry = cache.read(cache_dir, case.key)
+            hit = from_cache(case, entry) if entry is not None else None
+        except ValueError as exc:  # corrupt or wrong: say so, solve again, overwrite
+            where = "" if str(exc).startswith(str(cache_dir)) else f"{cache_dir / case.key}.json: "
+            print(f"zbsolve sweep: warning: ignoring cache entry ({where}{exc}); solving "
+                  f"{case.layout.label} limit {case.limit:g} again", file=sys.stderr)
         if hit is not None:
-            rows[case.key] = {**hit["row"], **_case_row(case, cached=True)}
-            if hit.get("schedule"):
-                pool.add(case.layout, rows[case.key], Schedule.from_dict(hit["schedule"]))
+            rows[case.key] = hit[0]
+            if hit[1] is not None:
+                pool.add(case.layout, rows[case.key], hit[1])
         else:
             todo.setdefault(case.key, case)
     if config.jobs * config.params.workers > (os.cpu_count() or 1):
@@ -282,13 +353,23 @@ class HintPool:
 
 def _solve_all(todo: list[Case], config: SweepConfig, cache_dir: Path, solve_fn: SolveFn,
                rows: dict[str, dict[str, Any]], hints: HintPool, done_already: int) -> None:
+    """Solve the cases not cached; each is cached by this process the moment it finishes.
+
+    Ctrl-C (KeyboardInterrupt here) stops everything: the worker processes are in their own
+    process group (the terminal's SIGINT does not reach them, so no CP-SAT search is cut short
+    and handed back as if finished) and are terminated; what finished before is cached, what
+    was running is not.
+    """
     from tqdm import tqdm
 
     todo = sorted(todo, key=lambda c: (c.layout, c.limit))  # smaller limits hint larger ones
     total = done_already + len(todo)
     with tqdm(total=total, initial=done_already, desc="sweep", unit="case", file=sys.stderr,
               disable=not config.progress, dynamic_ncols=True) as bar:
-        def finish(case: Case, row: dict[str, Any], schedule: Schedule | None) -> None:
+        def finish(case: Case, row: dict[str, Any], schedule: Schedule | None,
+                   cacheable: bool) -> None:
+            if cacheable:
+                _store(cache_dir, case, row, schedule)
             rows[case.key] = row
             if schedule is not None:
                 hints.add(case.layout, row, schedule)
@@ -297,38 +378,91 @@ def _solve_all(todo: list[Case], config: SweepConfig, cache_dir: Path, solve_fn:
                           file=sys.stderr)
             bar.update(1)
 
-        if config.jobs == 1:
+        if config.in_process:
+            global SOLVER_CALLS
             for case in todo:
-                finish(case, *run_case(case, config.params, cache_dir, solve_fn,
-                                       hints.hints_for(case)))
+                SOLVER_CALLS += 1
+                finish(case, *solve_case(case, config.params, solve_fn, hints.hints_for(case)))
             return
-        # spawn, not fork: the parent may hold threads (tqdm's monitor, CP-SAT's pools).
-        # Cases are submitted one per free slot, so each starts with the hints finished by then.
-        ctx = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(max_workers=config.jobs, mp_context=ctx)
-        queue = list(todo)
+        _solve_in_workers(todo, config, solve_fn, hints, finish)
+
+
+def _solve_in_workers(todo: list[Case], config: SweepConfig, solve_fn: SolveFn,
+                      hints: HintPool, finish: Callable[..., None]) -> None:
+    # spawn, not fork: the parent may hold threads (tqdm's monitor, CP-SAT's pools).
+    # Cases are submitted one per free slot, so each starts with the hints finished by then.
+    global SOLVER_CALLS
+    ctx = multiprocessing.get_context("spawn")
+    queue = list(todo)
+    while queue:
+        pool = ProcessPoolExecutor(max_workers=config.jobs, mp_context=ctx,
+                                   initializer=_worker_init)
         pending: dict[Any, Case] = {}
         try:
             while queue or pending:
                 while queue and len(pending) < config.jobs:
                     case = queue.pop(0)
-                    fut = pool.submit(run_case, case, config.params, cache_dir, solve_fn,
+                    SOLVER_CALLS += 1
+                    fut = pool.submit(solve_case, case, config.params, solve_fn,
                                       hints.hints_for(case))
                     pending[fut] = case
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     case = pending.pop(fut)
-                    finish(case, *fut.result())
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        # a worker died (killed, out of memory): its cases are errors, not
+                        # answers; the rest go to a fresh pool
+                        lost = [case, *pending.values()]
+                        for c in lost:
+                            row = _case_row(c)
+                            row.update(status="error", note="the worker process solving it died "
+                                       "(killed or out of memory)")
+                            finish(c, row, None, False)
+                        pending.clear()
+                        break
+                    finish(case, *result)
+                else:
+                    continue
+                break  # the pool broke: start a new one for what is left
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _terminate(pool)
             raise
         pool.shutdown(wait=True)
+
+
+def _worker_init() -> None:
+    """A sweep worker leaves the terminal's process group and ignores SIGINT: only the main
+    process decides what an interrupt keeps (and terminates the workers)."""
+    import signal
+
+    if hasattr(os, "setpgid"):
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (a running CP-SAT search is not waited for)."""
+    processes = list(getattr(pool, "_processes", {}).values())  # no public handle to them
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
 
 
 def _case_row(case: Case, cached: bool = False) -> dict[str, Any]:
     return {
         "layout": case.layout.label, "chunks": case.layout.chunks,
-        "placement": case.layout.placement, "limit_fraction": case.fraction, "limit": case.limit,
+        "placement": case.layout.placement, "segments": case.layout.segments,
+        "limit_fraction": case.fraction, "limit": case.limit,
         "schedule": "solver", "source": "solver", "status": "", "makespan": math.nan,
         "span": math.nan, "bubble_makespan": math.nan, "bubble_span": math.nan,
         "peak": math.nan, "gap": math.nan, "lower_bound": math.nan, "solve_time": math.nan,
@@ -336,7 +470,8 @@ def _case_row(case: Case, cached: bool = False) -> dict[str, Any]:
     } if not cached else {
         # identity fields come from the case, not the file: a renamed layout stays right
         "layout": case.layout.label, "chunks": case.layout.chunks,
-        "placement": case.layout.placement, "limit_fraction": case.fraction, "limit": case.limit,
+        "placement": case.layout.placement, "segments": case.layout.segments,
+        "limit_fraction": case.fraction, "limit": case.limit,
         "cached": True,
     }
 
@@ -382,7 +517,8 @@ def _table(cases: list[Case], rows: dict[str, dict[str, Any]], baselines: dict[L
     for _, group in table.groupby("layout"):
         flags = pareto_flags(group["peak"].tolist(), group[step].tolist())
         table.loc[group.index, "on_layout_front"] = flags
-    table["cached"] = table["cached"].astype(bool)
+    for column in ("cached", "on_front", "on_layout_front"):  # bool even when empty (a mask)
+        table[column] = table[column].astype(bool)
     return table[[c for c in COLUMNS if c != "schedule_file"]]
 
 
@@ -408,7 +544,7 @@ def _write_schedules(inst: Instance, cases: list[Case], table: pd.DataFrame,
             f"solver-limit-{case.limit:.10g}.json" if row["source"] == "solver"
             else f"{row['schedule']}.json")
         if rel not in written:
-            write_text_atomic(out_dir / rel, json.dumps(sched.to_dict(), indent=1))
+            atomic_write_text(out_dir / rel, json.dumps(sched.to_dict(), indent=1))
             written[rel] = None
         column.append(str(rel))
     return column
@@ -434,10 +570,14 @@ def _point_schedule(inst: Instance, case: Case, row: pd.Series, baselines: dict[
 
 def _write(result: SweepResult, out_dir: Path, plot: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    from zbsolve.io import atomic_path
+
     table_path = out_dir / "pareto.csv"
-    result.table.to_csv(table_path, index=False, float_format="%.6g")
+    with atomic_path(table_path) as tmp:
+        result.table.to_csv(tmp, index=False, float_format="%.6g")
     front_path = out_dir / "front.csv"
-    result.front.sort_values("peak").to_csv(front_path, index=False, float_format="%.6g")
+    with atomic_path(front_path) as tmp:
+        result.front.sort_values("peak").to_csv(tmp, index=False, float_format="%.6g")
     result.files = {"table": str(table_path), "front": str(front_path)}
     if plot:
         from zbsolve.sweep.plot import plot_sweep
