@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
+    from zbsolve.io import atomic_write_text
     from zbsolve.runtime.launch import run_jobs
     from zbsolve.runtime.model import GPTConfig
     from zbsolve.runtime.runner import Job, RunOptions
@@ -100,9 +101,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, data in (("results.json", reports), ("summary.json", summary)):
-        tmp_file = out / f".{name}.tmp"
-        tmp_file.write_text(json.dumps(data, indent=1, default=str) + "\n")
-        os.replace(tmp_file, out / name)
+        atomic_write_text(out / name, json.dumps(data, indent=1, default=str) + "\n")
     print(json.dumps(summary, indent=1))
 
 
