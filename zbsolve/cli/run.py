@@ -239,6 +239,19 @@ def print_report(r: dict) -> None:
         print("measured/predicted, calibrated: " + "  ".join(
             f"{k} {v:.3g}" for k, v in t["ratio_calibrated"].items()))
         print(f"time waiting for received payloads (all ranks): {t['wait_ms_total']:.3f} ms")
+    if r.get("replicas", 1) > 1:
+        print(f"replicas: {r['replicas']}; gradient sum after the step "
+              f"{_fmt(t.get('sync_ms'))} ms (slowest rank); largest |copy 0 - copy 1| of the "
+              f"final parameters {_fmt(r.get('copies_max_abs_diff'))}")
+    if r.get("overlap_f_b_ran"):
+        pairs = t.get("pairs") or {}
+        line = f"OVERLAP_F_B: {r['overlap_f_b_ran']} pairs run (all steps)"
+        if pairs:
+            line += (f"; step {t['step']}: F&B {_fmt(pairs['mean_ms'])} ms (halves "
+                     f"{_fmt(pairs['halves_mean_ms'])}), same ops unpaired F + B "
+                     f"{_fmt(pairs['unpaired_f_plus_b_mean_ms'])} ms, ratio "
+                     f"{_fmt(pairs['ratio'])}")
+        print(line + f"; forward activations sent inside their pair: {r['sent_early']}")
     predicted = f"predicted peaks {r['predicted'].get('peak_memory')} (instance units)"
     if any(b is None for b in r["peak_activation_bytes"]):
         print(f"peak tracked activation memory per rank: not measured (engine {r['engine']} "

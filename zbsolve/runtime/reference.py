@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from zbsolve.runtime.model import GPT, GPTConfig, lm_loss, make_batch
-from zbsolve.runtime.optim import TrainSpec, reference_step
+from zbsolve.runtime.optim import DEFAULT_LR, OptimizerSpec, TrainSpec, reference_step
 
 
 @dataclass
@@ -31,13 +31,21 @@ class ReferenceRun:
     decisions: list[str] = field(default_factory=list)  # per step: plain | clipped | skipped
 
 
+def make_optimizer(params, lr: float = DEFAULT_LR) -> torch.optim.Optimizer:
+    """Plain SGD (the default ``TrainSpec``'s): deterministic and elementwise, so sharded
+    stages step exactly as one model."""
+    return OptimizerSpec("sgd", lr).make(params)
+
+
 def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
-                  train: TrainSpec | None = None, device: str | torch.device = "cpu"
-                  ) -> ReferenceRun:
+                  train: TrainSpec | None = None, device: str | torch.device = "cpu", *,
+                  lr: float | None = None) -> ReferenceRun:
     """``device``: where to compute (the pipeline's device, so a GPU run is not checked
     against hours of CPU work); results come back on the CPU. ``train``: the optimizer and
-    its step (default: SGD at the default learning rate, no clipping)."""
-    train = train or TrainSpec()
+    its step (default: SGD at ``lr``, default learning rate, no clipping)."""
+    if train is not None and lr is not None:
+        raise ValueError("run_reference: give the learning rate in train.optimizer, not lr too")
+    train = train or TrainSpec(OptimizerSpec("sgd", DEFAULT_LR if lr is None else lr))
     model = GPT(cfg).to(device)
     named = dict(model.named_parameters())
     opt = train.optimizer.make(named.values())
