@@ -213,11 +213,13 @@ def test_overlapped_pairs_run_as_one_job_or_are_refused_with_the_reason():
 
 
 def test_a_w_before_its_i_is_named_before_the_deadlock():
+    """Device 1 runs 1I0 1W0 in order, then 1W1 before 1I1: the second pair is named."""
     orders = _split(make_instance(p=2, m=2))
-    i, w = orders[1].index(Op("I", 1, 0)), orders[1].index(Op("W", 1, 0))
+    i, w = orders[1].index(Op("I", 1, 1)), orders[1].index(Op("W", 1, 1))
+    assert orders[1].index(Op("W", 1, 0)) < w
     orders[1][i], orders[1][w] = orders[1][w], orders[1][i]
     assert _error(make_instance(p=2, m=2), orders) == (
-        f"device 1 position {i}: 1W0 comes before its input backward 1I0")
+        f"device 1 position {i}: 1W1 comes before its input backward 1I1")
 
 
 def test_a_deadlock_lists_only_the_blocked_devices():
@@ -228,3 +230,38 @@ def test_a_deadlock_lists_only_the_blocked_devices():
         "deadlock: device 0 waits at position 1 on 0B0, which needs 1B0 (device 1); "
         "device 1 waits at position 0 on 1B0, which needs 2B0 (device 2); "
         "device 2 waits at position 0 on 2F0, which needs 1F0 (device 1)")
+
+
+def test_frees_go_first_even_when_listed_after_the_allocation():
+    """One device, two stages: at t=4 1B0 frees while 0F1 allocates; 0F1's unit is listed
+    first, yet the free is counted first, so the peak stays 2 (a limit of 2 holds)."""
+    inst = make_instance(p=1, m=2, v=2, activation=1.0, limit=2)
+    order = [Op("F", 0, 0), Op("F", 1, 0), Op("B", 1, 0), Op("F", 0, 1), Op("B", 0, 0),
+             Op("F", 1, 1), Op("B", 1, 1), Op("B", 0, 1)]
+    r = simulate(inst, Schedule([order]))
+    assert r.memory_curve == [[(0.0, 0.0), (0.0, 1.0), (1.0, 2.0), (4.0, 1.0), (4.0, 2.0),
+                               (7.0, 1.0), (7.0, 2.0), (10.0, 1.0), (12.0, 0.0)]]
+    assert r.peak_memory == [2.0] and r.peak_time == [1.0] and r.feasible
+
+
+def test_events_of_one_instant_keep_the_graphs_order():
+    """At F's start the activation-minus-weight piece (0.75) is counted before the weight
+    piece (0.25): the curve keeps the lifetimes' order, not the amounts'."""
+    inst = make_instance(p=1, m=1, F=1, I=1, W=1,
+                         memory={"activation": 1.0, "weight": 0.25, "params": 0.5})
+    r = simulate(inst, Schedule([[Op("F", 0, 0), Op("I", 0, 0), Op("W", 0, 0)]]))
+    assert r.memory_curve == [[(0.0, 0.5), (0.0, 1.25), (0.0, 1.5), (2.0, 0.75), (3.0, 0.5)]]
+
+
+def test_a_peak_reached_again_within_rounding_keeps_its_first_time():
+    """The same peak three times, the later ones higher by 3e-10 and 5e-10 (rounding of
+    1.4e6-sized sums): relative tolerance 1e-9 keeps the first time."""
+    a, w = [1029209.9, 380640.0], [791063.2, 169846.8]
+    inst = make_instance(p=1, m=3, v=2, activation=a, weight=w)
+    order = [op for j in range(3) for op in (Op("F", 0, j), Op("F", 1, j), Op("I", 1, j),
+                                             Op("I", 0, j), Op("W", 1, j), Op("W", 0, j))]
+    r = simulate(inst, Schedule([order]))
+    tops = [t for t, mem in r.memory_curve[0] if mem >= 1409849.9]
+    assert tops == [1.0, 7.0, 13.0]
+    assert r.peak_time == [1.0]
+    assert r.peak_memory[0] == pytest.approx(1409849.9, rel=1e-12)
