@@ -12,6 +12,7 @@ from conftest import make_instance
 from zbsolve.baselines import generate
 from zbsolve.export.executor import Action, ExecutorTable, lower
 from zbsolve.export.p2p_check import P2PError, P2PReport, check, require_safe, static_errors
+from zbsolve.instance import load_instance
 
 INST = make_instance(p=2, m=2, comm=0.5)
 # rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1
@@ -310,3 +311,28 @@ def test_batched_runs_later_batches_after_compute():
     counts = [sum(a.is_comm for a in row) for row in table.actions]
     report = check(table, "batched")
     assert report.ok and 2 * report.transfers == sum(counts)
+
+
+# ---------------------------------------------------------------- pairs and segments
+def test_overlapped_pairs_count_both_ops():
+    inst = load_instance({"devices": 2, "microbatches": 4, "chunks": 2, "placement": "v",
+                          "times": {"F": 1, "I": 1, "W": 1}, "overlap": {"FB": 0.75}})
+    table = lower(inst, generate("dualpipev", inst))
+    assert [r.transfers for r in require_safe(table)] == [16, 16]
+    rows = [list(r) for r in table.actions]
+    assert rows[0][13].token == "(0F3;3B1)OVERLAP_F_B"
+    rows[0].append(dataclasses.replace(rows[0][0], mb=3))  # 0F3 again, after the pair
+    assert static_errors(dataclasses.replace(table, actions=rows)) == [
+        "rank 0 position 32 (0F3): duplicate of rank 0 position 13"]
+
+
+def test_segments_are_separate_messages():
+    """A missing segment RECV is named with its segment (1RECV_F0.1, not 1RECV_F0)."""
+    inst = load_instance(dict(devices=2, microbatches=2, segments=2, comm=0.5,
+                              times=dict(F=1, I=1, W=1)))
+    table = lower(inst, generate("seq1f1b", inst))
+    assert [r.transfers for r in require_safe(table)] == [8, 8]
+    rows = [list(r) for r in table.actions]
+    del rows[1][_find(rows[1], "1RECV_F0.1")]
+    assert static_errors(dataclasses.replace(table, actions=rows)) == [
+        "rank 1 position 3 (1F0.1): needs 1RECV_F0.1 from rank 0 but the rank has no such RECV"]
