@@ -265,3 +265,31 @@ def test_a_peak_reached_again_within_rounding_keeps_its_first_time():
     assert tops == [1.0, 7.0, 13.0]
     assert r.peak_time == [1.0]
     assert r.peak_memory[0] == pytest.approx(1409849.9, rel=1e-12)
+
+
+SEG1 = load_instance(dict(devices=2, microbatches=1, segments=2, times=dict(F=1, I=1, W=1)))
+
+
+def _seg(kind, stage, seg):
+    return Op(kind, stage, 0, seg)
+
+
+def test_a_deadlock_with_a_finished_device_names_only_the_stuck_one():
+    """Segment 0's I needs segment 1's: device 0 has them the wrong way round while device 1
+    runs them right and finishes."""
+    d0 = [_seg("F", 0, 0), _seg("F", 0, 1), _seg("I", 0, 0), _seg("I", 0, 1), _seg("W", 0, 0),
+          _seg("W", 0, 1)]
+    d1 = [_seg("F", 1, 0), _seg("F", 1, 1), _seg("I", 1, 1), _seg("I", 1, 0), _seg("W", 1, 1),
+          _seg("W", 1, 0)]
+    assert _error(SEG1, [d0, d1]) == (
+        "deadlock: device 0 waits at position 2 on 0I0, which needs 0I0.1 (device 0)")
+
+
+def test_a_deadlock_names_every_missing_input():
+    d0 = [_seg("F", 0, 0), _seg("F", 0, 1), _seg("I", 0, 1), _seg("I", 0, 0), _seg("W", 0, 0),
+          _seg("W", 0, 1)]
+    d1 = [_seg("I", 1, 0), _seg("F", 1, 0), _seg("F", 1, 1), _seg("I", 1, 1), _seg("W", 1, 1),
+          _seg("W", 1, 0)]
+    assert _error(SEG1, [d0, d1]) == (
+        "deadlock: device 0 waits at position 2 on 0I0.1, which needs 1I0.1 (device 1); "
+        "device 1 waits at position 0 on 1I0, which needs 1F0 (device 1), 1I0.1 (device 1)")
