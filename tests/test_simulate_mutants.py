@@ -293,3 +293,11 @@ def test_a_deadlock_names_every_missing_input():
     assert _error(SEG1, [d0, d1]) == (
         "deadlock: device 0 waits at position 2 on 0I0.1, which needs 1I0.1 (device 1); "
         "device 1 waits at position 0 on 1I0, which needs 1F0 (device 1), 1I0.1 (device 1)")
+
+
+@pytest.mark.parametrize("kept", ["I", "W"])
+def test_a_fused_b_with_only_one_split_half_is_named(kept):
+    orders = _split(M12)
+    drop = {"I": Op("W", 0, 11), "W": Op("I", 0, 11)}[kept]
+    orders[0] = [x for x in orders[0] if x != drop] + [Op("B", 0, 11)]
+    assert _error(M12, orders) == "backward run both fused (B) and split (I/W): 0B11"
