@@ -336,3 +336,17 @@ def test_segments_are_separate_messages():
     del rows[1][_find(rows[1], "1RECV_F0.1")]
     assert static_errors(dataclasses.replace(table, actions=rows)) == [
         "rank 1 position 3 (1F0.1): needs 1RECV_F0.1 from rank 0 but the rank has no such RECV"]
+
+
+def test_blocking_keeps_scanning_past_finished_and_receiving_ranks():
+    """A finished rank 0, or rank 0 waiting at a RECV, must not stop the scan of the ranks after it."""
+    finished_first = _rows_of([], [("SEND_F", 1, 0, 2, 2, 0)], [("RECV_F", 2, 0, 1, 1, 0)])
+    receiving_first = _rows_of([("RECV_B", 0, 0, 1, 1, 0)], [("SEND_B", 1, 0, 0, 0, 0)])
+    peer_finished = _rows_of([("SEND_F", 0, 0, 1, 1, 0)], [], [("SEND_F", 2, 0, 0, 0, 0)])
+    for table in (finished_first, receiving_first):
+        report = check(table, "blocking", static=[])
+        assert (report.ok, report.transfers) == (True, 1)
+    report = check(peer_finished, "blocking", static=[])
+    assert report.stuck == [
+        "rank 0 stuck at position 0: 0SEND_F0 (send to rank 1); rank 1 has finished",
+        "rank 2 stuck at position 0: 2SEND_F0 (send to rank 0); rank 0 is at position 0 (0SEND_F0)"]
