@@ -350,3 +350,19 @@ def test_blocking_keeps_scanning_past_finished_and_receiving_ranks():
     assert report.stuck == [
         "rank 0 stuck at position 0: 0SEND_F0 (send to rank 1); rank 1 has finished",
         "rank 2 stuck at position 0: 2SEND_F0 (send to rank 0); rank 0 is at position 0 (0SEND_F0)"]
+
+
+def test_check_defaults_to_blocking():
+    assert check(GOOD).mode == "blocking" and check(GOOD).transfers == 4
+
+
+def test_no_send_names_the_producers_rank():
+    assert static_errors(_drop(0, "0SEND_F1"))[0] == "rank 1 position 5 (1F1): rank 0 never sends 0F1's output"
+
+
+def test_out_of_range_actions_are_all_named():
+    rows = _rows()
+    rows[0][0] = dataclasses.replace(rows[0][0], stage=2)
+    rows[0][2] = dataclasses.replace(rows[0][2], mb=2)
+    assert static_errors(_table(rows)) == [f"rank 0 position 0 (2F0): {RANGE}",
+                                           f"rank 0 position 2 (0F2): {RANGE}"]
