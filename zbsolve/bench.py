@@ -15,6 +15,12 @@ Cases (ids are ``family/name``):
 * ``segments``: long sequences (the 1.5B shape at s = 16k, p = 8, m = 16, k = 4 balanced
   sequence segments) at 1F1B's memory and at half of it, makespan; goal: at or below
   seq1f1b-zb and seq1f1b at the same memory, and at half memory below 1F1B at full memory.
+* ``random``, ``random-tight``: ``random_family`` (seed 0, 30 instances each) of <= 800 ops with
+  several stages per device (V, loop with v = 2 or 3, explicit placements), comm and memory
+  limits, makespan, 60 s; goal: proven optimal (gap <= 0.01%). ``random`` draws each device's
+  limit uniformly between the least feasible and the peak of the unconstrained greedy schedule
+  (the whole range in which a limit binds); ``random-tight`` between 1 and 2.5 times the least
+  feasible (near-serial memory, the hardest part of that range).
 
 Anchors are step times recovered from the published bubble rates, T = work / (1 - bubble) with
 work = one device's m·(F+I+W) (all devices equal in these settings). The rates are printed with
@@ -33,6 +39,7 @@ import fnmatch
 import math
 import os
 import platform
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,8 +52,11 @@ from zbsolve.io import atomic_open, atomic_write_text
 
 ROUNDING = 0.00005  # half a unit of the 4th decimal of the published bubble rates
 FAMILIES = ("iclr-1p", "iclr-2p", "zbv", "vmin", "vhalf", "small", "large", "chimera",
-            "dualpipe", "dualpipev", "segments")
+            "dualpipe", "dualpipev", "segments", "random", "random-tight")
 SEGMENT_INSTANCE = "seq1f1b/gpt-1.5b-s16k-p8-m16-k4.yaml"
+RANDOM_SEED = 0
+RANDOM_COUNT = 30
+MAX_RANDOM_OPS = 800
 SMALL_INSTANCES = (
     "seed/teaching-p4-m8.yaml", "seed/teaching-p4-m16.yaml", "seed/teaching-p4-m8-v2.yaml",
     "seed/teaching-p4-m8-b1.yaml", "seed/teaching-p8-m32.yaml", "vshape/vshape-p4-m8.yaml",
@@ -163,6 +173,72 @@ def large_cases(ref: Path, time_limit: float) -> list[Case]:
                  time_limit, goal="<= 1% above the lower bound") for c in one + two]
 
 
+def _random_placement(rng: random.Random, kind: str, p: int, v: int) -> str | list[int]:
+    if kind != "explicit":
+        return kind
+    if v == 3 and rng.random() < 0.5:  # snake: down, up, down
+        return [(s % p) if (s // p) % 2 == 0 else p - 1 - (s % p) for s in range(p * v)]
+    placement = [d for d in range(p) for _ in range(v)]
+    rng.shuffle(placement)
+    return placement
+
+
+def random_instance(rng: random.Random, name: str, tight: bool = False) -> Instance:
+    """One instance of the random multi-chunk family (docstring of this module).
+
+    p in {2, 3, 4, 6, 8}; placement V (v = 2), loop or explicit (v in {2, 3}; explicit: a snake
+    for half of the v = 3 ones, else every device holds v stages in a random order); m in
+    [p, min(4p, 800 // (3 p v))]; integer times per stage around a per-instance F0 in 2..8
+    (F0 +- 1, I = F x U(0.9, 1.3), W = F x U(0.4, 1.0)); comm in {0, 0.5, 1, 2}; activation
+    1 or 2 per stage, weight a x U(0.2, 0.6); limits as described for ``random`` and
+    ``random-tight``, rounded to halves.
+    """
+    from zbsolve.solver.bounds import min_memory_limit
+    from zbsolve.solver.heuristic import heuristic_schedule
+
+    p = rng.choice([2, 3, 4, 6, 8])
+    kind = rng.choice(["v", "loop", "explicit"])
+    v = 2 if kind == "v" else rng.choice([2, 3])
+    placement = _random_placement(rng, kind, p, v)
+    m = rng.randint(p, max(p, min(4 * p, MAX_RANDOM_OPS // (3 * p * v))))
+    n = p * v
+    f0 = rng.randint(2, 8)
+    F = [max(1, f0 + rng.randint(-1, 1)) for _ in range(n)]
+    I = [max(1, round(f * rng.uniform(0.9, 1.3))) for f in F]  # noqa: E741
+    W = [max(1, round(f * rng.uniform(0.4, 1.0))) for f in F]
+    act = [float(rng.choice([1, 1, 2])) for _ in range(n)]
+    data = {"name": name, "devices": p, "microbatches": m, "chunks": v, "placement": placement,
+            "times": {"F": F, "I": I, "W": W}, "comm": rng.choice([0, 0.5, 1, 2]),
+            "memory": {"activation": act,
+                       "weight": [round(a * rng.uniform(0.2, 0.6), 1) for a in act],
+                       "limit": None}}
+    free = load_instance(data)
+    need = min_memory_limit(free)
+    if tight:
+        limits = [n_d * rng.uniform(1.0, 2.5) for n_d in need]
+    else:
+        _, sim = heuristic_schedule(free, "makespan")
+        u = rng.random()
+        limits = [n_d + u * max(0.0, top - n_d) for n_d, top in zip(need, sim.peak_memory)]
+    data["memory"]["limit"] = [max(n_d, round(2 * x) / 2) for n_d, x in zip(need, limits)]
+    data["source"] = f"zbsolve.bench.random_family(seed={RANDOM_SEED}, tight={tight})"
+    return load_instance(data)
+
+
+def random_family(seed: int = RANDOM_SEED, n: int = RANDOM_COUNT, tight: bool = False
+                  ) -> list[Instance]:
+    """The published random family: the same ``seed`` gives the same instances everywhere."""
+    rng = random.Random(seed)
+    stem = "random-tight" if tight else "random"
+    return [random_instance(rng, f"{stem}-{k:02d}", tight) for k in range(n)]
+
+
+def random_cases(time_limit: float, tight: bool = False) -> list[Case]:
+    family = "random-tight" if tight else "random"
+    return [Case(f"{family}/{inst.name}", family, inst, "makespan", time_limit,
+                 goal="optimal (gap <= 0.01%)") for inst in random_family(tight=tight)]
+
+
 def segment_cases(time_limit: float) -> list[Case]:
     """Seq1F1B's setting at 1F1B's memory (p activations) and at half of it. Targets: the
     hand-made seq1f1b-zb and seq1f1b at the same limit, and (half memory) 1F1B's makespan on
@@ -199,7 +275,8 @@ def build_cases(ref: Path | None = None, time_limit: float = 20.0, quick: bool =
     cases = (iclr_cases(ref, 1, time_limit) + iclr_cases(ref, 2, time_limit)
              + zbv_cases(ref, time_limit) + vshape_cases(ref, time_limit)
              + small_cases(small_limit) + large_cases(ref, large_limit)
-             + bench_bidirectional.cases(time_limit, Case) + segment_cases(small_limit))
+             + bench_bidirectional.cases(time_limit, Case) + segment_cases(small_limit)
+             + random_cases(small_limit) + random_cases(small_limit, tight=True))
     if quick:
         keep = ("iclr-1p/1.5b-p8-m24", "iclr-2p/1.5b-p8-m24", "iclr-2p/6.2b-p8-m64",
                 "zbv/6.2b-p16-m48", "vmin/p4-m8", "vhalf/p8-m16", "small/teaching-p4-m8",
@@ -223,24 +300,24 @@ def select(cases: Sequence[Case], patterns: Sequence[str]) -> list[Case]:
 
 
 # ---------------------------------------------------------------------- running
-def run_case(case: Case, workers: int = 2, seed: int = 0) -> dict[str, Any]:
-    """Heuristic hint, then ``solve``; every figure from the simulator."""
+def run_case(case: Case, workers: int = 2, seed: int = 0, deterministic: bool = False
+             ) -> dict[str, Any]:
+    """``solve`` within the case's limit (the greedy hint and the hand-made schedules inside
+    it); every figure from the simulator."""
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
-    from zbsolve.solver.heuristic import heuristic_schedule
 
     t0 = time.perf_counter()
     inst = case.inst
-    hint, hint_sim = heuristic_schedule(inst, case.objective,
-                                        time_limit=max(1.0, 0.25 * case.time_limit))
-    left = max(0.0, case.time_limit - (time.perf_counter() - t0))
-    options = SolveOptions(time_limit=left, workers=workers, seed=seed,
-                           objective=case.objective)
-    res = solve(inst, options, hints=[hint])
+    options = SolveOptions(time_limit=case.time_limit, workers=workers, seed=seed,
+                           objective=case.objective, deterministic=deterministic)
+    res = solve(inst, options)
     sim = validate(inst, res.schedule)
     wall = time.perf_counter() - t0
     value = sim.makespan if case.objective == "makespan" else sim.max_span
     anchor_t = case.anchor_time()
+    solver = res.schedule.meta.get("solver", {})
+    greedy = [p["value"] for p in solver.get("phases", []) if p["phase"] == "greedy"]
     anchor = case.anchor
     if case.targets:  # the strictest target stands in for the anchor
         anchor, anchor_t = min(case.targets, key=lambda t: t[1])
@@ -249,10 +326,12 @@ def run_case(case: Case, workers: int = 2, seed: int = 0) -> dict[str, Any]:
         "ops": case.ops, "limit": inst.limit[0], "objective": case.objective,
         "status": res.status, "value": value, "makespan": sim.makespan, "span": sim.max_span,
         "bubble_makespan": sim.bubble_makespan, "bubble_span": sim.bubble_span,
-        "lower_bound": res.lower_bound, "gap": res.gap, "solve_time": wall,
-        "time_limit": case.time_limit, "method": res.schedule.meta.get("solver", {}).get("method"),
+        "lower_bound": res.lower_bound, "analytic_bound": res.analytic_bound, "gap": res.gap,
+        "solve_time": wall, "proof_time": solver.get("proof_time"),
+        "cp_dtime": solver.get("cp_dtime"),
+        "time_limit": case.time_limit, "method": solver.get("method"),
         "source": res.schedule.meta.get("source"), "peak_memory": max(sim.peak_memory),
-        "heuristic": hint_sim.makespan if case.objective == "makespan" else hint_sim.max_span,
+        "heuristic": greedy[0] if greedy else None,
         "baseline": res.baseline, "baseline_value": res.baseline_value,
         "anchor": anchor, "anchor_bubble": case.anchor_bubble, "anchor_T": anchor_t,
         "ratio": None if anchor_t is None else value / anchor_t, "goal": case.goal,
@@ -278,6 +357,8 @@ def meets(case: Case, row: dict[str, Any]) -> bool:
         return row["status"] == "optimal" or row["gap"] <= 0.001
     if case.family == "large":
         return row["gap"] <= 0.01
+    if case.family.startswith("random"):
+        return row["gap"] <= 0.0001
     if case.targets:
         hand = dict(case.targets)
         ordered = hand["seq1f1b-zb"] <= hand["seq1f1b"] + 1e-9
@@ -300,7 +381,8 @@ def machine_note() -> str:
 
 
 def run(cases: Sequence[Case], out_dir: Path, command: str, *, workers: int = 2, seed: int = 0,
-        stem: str = "bench", echo: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+        stem: str = "bench", echo: Callable[[str], None] | None = print,
+        deterministic: bool = False) -> list[dict[str, Any]]:
     """Run the cases in order, rewriting the CSV and markdown after each (a crash keeps the
     finished rows)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -310,7 +392,7 @@ def run(cases: Sequence[Case], out_dir: Path, command: str, *, workers: int = 2,
     t0 = time.perf_counter()
     for k, case in enumerate(cases, 1):
         try:
-            row = run_case(case, workers=workers, seed=seed)
+            row = run_case(case, workers=workers, seed=seed, deterministic=deterministic)
         except Exception as exc:  # a failing case is a result too; keep going
             row = {"case": case.id, "family": case.family, "p": case.inst.p, "m": case.inst.m,
                    "v": case.inst.v, "ops": case.ops, "status": f"error: {exc}", "meets": False}
@@ -374,15 +456,15 @@ def _write(rows: list[dict[str, Any]], out_dir: Path, stem: str, command: str, s
         lines.append(f"| {fam} | {good}/{total} |")
     lines.append("")
     head = ("case", "ops", "status", "value", "makespan", "span", "bubble_makespan",
-            "bubble_span", "lower_bound", "gap", "solve_time", "anchor", "ratio", "baseline",
-            "meets")
+            "bubble_span", "lower_bound", "gap", "solve_time", "proof_time", "anchor", "ratio",
+            "baseline", "meets")
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for row in rows:
         cells = []
         for k in head:
             x = row.get(k)
-            if k in ("value", "makespan", "span", "lower_bound", "solve_time"):
+            if k in ("value", "makespan", "span", "lower_bound", "solve_time", "proof_time"):
                 cells.append(_fmt(x, 2))
             elif k == "gap":
                 cells.append("" if x is None else f"{100 * x:.3f}%")

@@ -30,6 +30,10 @@ _REGISTRY: dict[str, str] = {
     "dualpipe": "dualpipe:dualpipe",
     "seq1f1b": "seq1f1b:seq1f1b",
     "seq1f1b-zb": "seq1f1b:seq1f1b_zb",
+    "torch-interleaved-1f1b": "torch_orders:torch_interleaved_1f1b",
+    "torch-looped-bfs": "torch_orders:torch_looped_bfs",
+    "torch-interleaved-zb": "torch_orders:torch_interleaved_zb",
+    "torch-zbv": "torch_orders:torch_zbv",
 }
 NAMES = tuple(_REGISTRY)
 

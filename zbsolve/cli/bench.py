@@ -33,6 +33,8 @@ def register(sub) -> None:
                              "zbsolve/data/reference/)")
     parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
     parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="limits in CP-SAT deterministic seconds (the same result anywhere)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     add_json(parser)
     parser.set_defaults(handler=handle)
@@ -65,7 +67,7 @@ def handle(args) -> int:
     stem = "bench-quick" if args.quick else ("bench" if not patterns else "bench-partial")
     echo = (lambda line: print(line, file=sys.stderr)) if args.json else print
     rows = bench.run(cases, out, command, workers=args.workers, seed=args.seed, stem=stem,
-                     echo=echo)
+                     echo=echo, deterministic=args.deterministic)
     good = sum(bool(r.get("meets")) for r in rows)
     files = [str(out / f"{stem}.csv"), str(out / f"{stem}.md")]
     if args.json:

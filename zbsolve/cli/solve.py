@@ -3,9 +3,18 @@
 The written schedule carries per-device orders, the simulator's start times and the metadata
 (status, figures, bounds, gap, solve time, best hand-made schedule). The table printed puts the
 solver's schedule next to every hand-made one, all judged by the simulator.
+
+``--time-limit`` bounds the whole command from the moment the handler starts: loading the
+instance, the solve, and writing the schedule. The solve gets what is left after loading minus a
+reserve for the write (``write_reserve``). Python's start-up and imports before the handler are
+not counted, and a schedule must have been simulated once to be returned at all (measured in
+docs/solver.md). With ``--deterministic`` the limit is CP-SAT's deterministic time instead and
+the command returns the same schedule on any machine.
 """
 
 from __future__ import annotations
+
+import time
 
 from zbsolve.cli import args as types
 from zbsolve.cli.common import (
@@ -15,6 +24,8 @@ from zbsolve.cli.common import (
     load,
     print_json,
     print_schedule_table,
+    step_arg,
+    with_step,
 )
 from zbsolve.instance import memory_unit_label
 
@@ -27,7 +38,13 @@ def register(sub) -> None:
     parser.add_argument("-o", "--output",
                         help="where to write the schedule JSON (default: not written)")
     parser.add_argument("--time-limit", type=types.seconds, default=60.0, metavar="SECONDS",
-                        help="wall-clock limit of the search")
+                        help="seconds for the whole command, wall clock (default: 60); with "
+                             "--deterministic, CP-SAT deterministic seconds")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="measure the limit in CP-SAT's deterministic time and cut nothing "
+                             "by the clock: the same command gives the same schedule anywhere")
+    parser.add_argument("--no-memory-tiebreak", action="store_true",
+                        help="skip the second phase that keeps the step time and minimizes memory")
     parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
                         help="stop at this relative gap to the lower bound (default: 0, prove optimal)")
     parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
@@ -44,6 +61,7 @@ def register(sub) -> None:
                         metavar="FRACTION",
                         help="keep this share of every device's memory limit free: solve with "
                              "limit * (1 - FRACTION) (default: 0)")
+    step_arg(parser, "optimize the step's end")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="do not impose microbatch order per (kind, stage)")
     parser.add_argument("--progress", action="store_true",
@@ -66,20 +84,36 @@ def comparison(result) -> list[dict]:
     return rows
 
 
+WRITE_FIXED = 0.05  # seconds: the reserve for checking and writing, fixed part ...
+WRITE_PER_OP = 1e-5  # ... and per op (the JSON of orders and starts), measured in docs/solver.md
+
+
+def write_reserve(n_ops: int, output: str | None) -> float:
+    """Seconds kept back from the solve for re-simulating and writing the schedule."""
+    return WRITE_FIXED + (WRITE_PER_OP * n_ops if output else 0.0)
+
+
 def handle(args) -> int:
+    from zbsolve.graph import TaskGraph
     from zbsolve.io import check_output
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
     from zbsolve.solver.fused import solve_fused
 
+    t0 = time.perf_counter()
     if args.output:  # found now, not after the solve
         check_output(args.output, inputs=[args.instance], suffixes=(".json",))
-    given = load(args.instance)
+    given = with_step(load(args.instance), args)
     inst = given.with_memory_margin(args.memory_margin) if args.memory_margin else given
+    limit = args.time_limit
+    if not args.deterministic:  # the solve gets what loading and writing leave of the budget
+        spent = time.perf_counter() - t0
+        limit = max(0.0, limit - spent - write_reserve(TaskGraph(inst).count(), args.output))
     options = SolveOptions(
-        time_limit=args.time_limit, gap=args.gap, workers=args.workers, seed=args.seed,
+        time_limit=limit, gap=args.gap, workers=args.workers, seed=args.seed,
         objective=args.objective, method=args.method, progress=args.progress,
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
+        deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
     )
     result = (solve_fused if args.fused_backward else solve)(inst, options)
     sched = result.schedule
@@ -87,8 +121,12 @@ def handle(args) -> int:
     if margin:
         sched.meta["memory_margin"] = margin
     if args.output:
-        validate(inst, sched)  # the simulator re-checks what is written
+        # solve() returns the simulator's verdict on exactly these orders (result.sim): the
+        # check before writing, without a second pass that would cost the budget
+        if not result.sim.feasible or result.sim.start != sched.starts:
+            validate(inst, sched)
         sched.dump(args.output)  # atomic: a full disk leaves the old file, not a cut one
+    wall = time.perf_counter() - t0
     table = comparison(result)
     meta = sched.meta
     if args.json:
@@ -96,9 +134,12 @@ def handle(args) -> int:
                     "objective": options.objective, "objective_value": result.objective_value,
                     "lower_bound": result.lower_bound, "analytic_bound": result.analytic_bound,
                     "cpsat_bound": result.cpsat_bound, "gap": result.gap,
-                    "solve_time": result.solve_time, "baseline": result.baseline,
+                    "solve_time": result.solve_time, "command_time": wall,
+                    "time_limit": args.time_limit, "deterministic": args.deterministic,
+                    "baseline": result.baseline,
                     "baseline_value": result.baseline_value, "source": meta["source"],
                     "memory_unit": inst.memory_unit, "memory_margin": margin or None,
+                    "step": inst.step.mode,
                     "fused_backward": args.fused_backward,
                     "schedules": table})
         return 0
@@ -119,10 +160,14 @@ def _print_table(inst, result, table: list[dict], output: str | None, margin: di
     unit = f" {memory_unit_label(inst)}" if memory_unit_label(inst) else ""
     kept = (f" (memory margin {margin['fraction']:g}: given {fmt_list(margin['limit_given'])})"
             if margin else "")
+    step = f" step={inst.step.mode}" if inst.step.active else ""
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
-          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}")
-    base = (f"{result.baseline} {result.baseline_value:.6g}" if result.baseline
-            else "none fits the memory limit")
+          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}{step}")
+    base = "none fits the memory limit"
+    if result.baseline:
+        hand = result.schedule.meta["baseline"]["figures"]["peak_memory"]
+        base = (f"{result.baseline} {result.baseline_value:.6g} (peak {fmt_list(hand)}; the "
+                "least memory among the fastest that fit)")
     print(f"status {result.status}: {obj} {result.objective_value:.6g}, lower bound "
           f"{result.lower_bound:.6g} (analytic {result.analytic_bound:.6g}, cp-sat "
           f"{'-' if result.cpsat_bound is None else f'{result.cpsat_bound:.6g}'}), gap "

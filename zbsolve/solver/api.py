@@ -1,10 +1,14 @@
 """``solve(inst, options)``: the optimizer's front door.
 
-Order of work: reject impossible memory limits; evaluate every hand-made schedule with the
-simulator and take the best one that fits as the incumbent (hint and upper bound); run CP-SAT
-(or the large-instance method); turn its answer into per-device orders, re-simulate, and keep
-whichever of (solver, incumbent) the simulator scores better. So the result is never worse than
-its hint, and every figure reported is the simulator's.
+Order of work, all inside one time budget (``budget.Budget``: ``time_limit`` covers the whole
+call): reject impossible memory limits; bound the optimum (``bounds.analytic_bound``); evaluate
+every hand-made schedule with the simulator, add the caller's hints, the I/W-split forms and
+the greedy list scheduler (the serial schedule when nothing else fits) and take the best one
+as the incumbent (hint and upper bound); run CP-SAT (or the large-instance method); then a
+second, short CP-SAT phase that keeps the best step time and minimizes memory. Every phase's
+schedule is re-simulated and the best by ``ranking.rank_key`` (step time, then memory) is kept,
+so the result is never worse than any hint or phase, and every figure reported is the
+simulator's.
 
 The ``span`` objective is the longest per-device span (first op to last op of a device) with
 every device starting its first op as early as the DAG allows, which is what the ASAP simulator
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,6 +40,7 @@ from zbsolve.solver.bounds import (
     heads_tails,
     serial_schedule,
 )
+from zbsolve.solver.budget import Budget, OutOfTime
 from zbsolve.solver.model import (
     MEMORY_MODELS,
     OBJECTIVES,
@@ -46,16 +50,22 @@ from zbsolve.solver.model import (
     scaled_instance,
 )
 from zbsolve.solver.progress import Progress, rel_gap
+from zbsolve.solver.ranking import memory_key, rank_key
 
 METHODS = ("auto", "exact", "large")
 PAIRED_CANDIDATES, PAIRING_SECONDS = 2, 1.0  # overlap instances: candidates given F&B pairs
 EXACT_MAX_OPS = 2500  # auto: above this many ops the monolithic model stalls on 2 cores
 TOL = 1e-9
+BOUND_SHARE = 0.2  # of the budget, at most, for the analytic bound (else the quick bound)
+HAND_MADE_SHARE = 0.3  # of the budget, at most, for the hand-made families and the hints
+GREEDY_SHARE = 0.15  # of the budget, at most, for the greedy list scheduler
+MEMORY_PHASE_SHARE = 0.25  # of the budget, at most, for the memory phase
+MEMORY_PHASE_MIN = 1.0  # seconds the memory phase may take even after a quick first phase
 
 
 @dataclass
 class SolveOptions:
-    time_limit: float = 60.0  # seconds, wall, for the whole solve (baselines included)
+    time_limit: float = 60.0  # seconds for the whole solve (wall; deterministic: CP-SAT's)
     gap: float = 0.0  # relative gap at which to stop (CP-SAT relative_gap_limit)
     workers: int = 2
     seed: int = 0
@@ -64,16 +74,21 @@ class SolveOptions:
     progress: bool = False  # elapsed / incumbent / bound / gap lines on stderr
     memory_model: str = "cumulative"  # or "reservoir"
     symmetry: bool = True
-    deterministic_time: float | None = None  # CP-SAT deterministic limit (reproducible runs)
+    deterministic: bool = False  # time_limit in CP-SAT deterministic seconds; same answer anywhere
+    memory_tiebreak: bool = True  # second CP-SAT phase: least memory at the best step time
+    cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
         """Reject bad options with the field name and the allowed values."""
-        if not (isinstance(self.time_limit, (int, float)) and self.time_limit >= 0):
+        if not (isinstance(self.time_limit, (int, float)) and not isinstance(self.time_limit, bool)
+                and math.isfinite(self.time_limit) and self.time_limit >= 0):
             raise ValueError(f"time_limit: expected seconds >= 0, got {self.time_limit!r}")
-        if not 0 <= self.gap < 1:
+        if not (isinstance(self.gap, (int, float)) and 0 <= self.gap < 1):
             raise ValueError(f"gap: expected a relative gap in [0, 1), got {self.gap!r}")
         if not (isinstance(self.workers, int) and self.workers >= 1):
             raise ValueError(f"workers: expected an integer >= 1, got {self.workers!r}")
+        if not (isinstance(self.seed, int) and 0 <= self.seed < 2**31):
+            raise ValueError(f"seed: expected an integer in [0, 2**31), got {self.seed!r}")
         for name, allowed in (("objective", OBJECTIVES), ("method", METHODS),
                               ("memory_model", MEMORY_MODELS)):
             if getattr(self, name) not in allowed:
@@ -91,27 +106,10 @@ class SolveResult:
     cpsat_bound: float | None
     gap: float  # (objective_value - lower_bound) / objective_value
     solve_time: float
-    baseline: str | None  # best feasible hand-made schedule used as hint
+    baseline: str | None  # best feasible hand-made schedule (fastest, then least memory)
     baseline_value: float | None
     baselines: list = field(default_factory=list)  # every BaselineResult, for tables
     history: list[tuple[float, float, float]] = field(default_factory=list)
-
-
-def hand_made(inst: Instance) -> list:
-    """Every registered hand-made schedule, simulated.
-
-    A generator that produces an invalid schedule is listed as not applicable with the reason,
-    instead of taking the solver down with it.
-    """
-    from zbsolve.baselines import NAMES, BaselineResult, evaluate_all
-
-    out = []
-    for name in NAMES:
-        try:
-            out += evaluate_all(inst, (name,))
-        except ScheduleError as exc:
-            out.append(BaselineResult(name, None, None, f"invalid schedule: {exc}"))
-    return out
 
 
 @dataclass
@@ -121,102 +119,206 @@ class _Candidate:
     sim: SimResult
 
 
-def _greedy(inst: Instance, objective: str) -> tuple[Schedule, SimResult] | None:
+class _Best:
+    """The best schedule of every phase so far, by ``rank_key`` (never lost)."""
+
+    def __init__(self, inst: Instance, objective: str):
+        self.inst, self.objective = inst, objective
+        self.all: list[_Candidate] = []
+        self.phases: list[dict[str, Any]] = []
+
+    def offer(self, cand: _Candidate, phase: str) -> None:
+        self.all.append(cand)
+        self.phases.append({"phase": phase, "name": cand.name,
+                            "value": cand.sim.value(self.objective),
+                            "memory": list(memory_key(self.inst, cand.sim))})
+
+    def key(self, cand: _Candidate) -> tuple:
+        return rank_key(self.inst, cand.sim, self.objective)
+
+    def best(self) -> _Candidate:
+        return min(self.all, key=self.key)
+
+    def ranked(self) -> list[_Candidate]:
+        return sorted(self.all, key=self.key)
+
+
+def hand_made(inst: Instance, budget: Budget | None = None, until: float = math.inf) -> list:
+    """Every registered hand-made schedule, simulated, within the budget's share.
+
+    A generator that produces an invalid schedule is listed as not applicable with the reason,
+    instead of taking the solver down with it; one that runs out of time is listed as not
+    evaluated (it would only have been a hint). ``until``: the budget's elapsed seconds by
+    which this phase ends.
+    """
+    from zbsolve.baselines import NAMES, BaselineResult, evaluate_all
+
+    budget = budget or Budget(math.inf, deterministic=True)
+    out = []
+    for name in NAMES:
+        left = until - budget.elapsed()
+        try:
+            with budget.alarm(left):
+                out += evaluate_all(inst, (name,))
+        except ScheduleError as exc:
+            out.append(BaselineResult(name, None, None, f"invalid schedule: {exc}"))
+        except OutOfTime:
+            out.append(BaselineResult(name, None, None,
+                                      "not evaluated: the time limit was spent"))
+    return out
+
+
+def best_hand_made(inst: Instance, objective: str, baselines: list):
+    """The fastest hand-made schedule that fits, the one with least memory among equals."""
+    fits = [r for r in baselines if r.applicable and r.result.feasible]
+    return min(fits, key=lambda r: rank_key(inst, r.result, objective), default=None)
+
+
+def _greedy(inst: Instance, objective: str, budget: Budget) -> _Candidate | None:
     """The memory-aware greedy list scheduler: it covers placements and budgets no hand-made
-    family does."""
+    family does. Deterministic mode runs every variant."""
     from zbsolve.solver.heuristic import heuristic_schedule
 
-    sched, sim = heuristic_schedule(inst, objective, time_limit=1.0)  # memory checked by solve()
-    return (sched, sim) if sim.feasible else None
+    seconds = budget.share(GREEDY_SHARE)
+    stop_trying = None if budget.deterministic else max(0.0, 0.5 * seconds)
+    try:
+        with budget.alarm(seconds):
+            sched, sim = heuristic_schedule(inst, objective, time_limit=stop_trying)
+    except OutOfTime:
+        return None
+    return _Candidate(sched.name, sched, sim) if sim.feasible else None
 
 
-def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines: list
-                ) -> list[_Candidate]:
-    """Every memory-feasible starting point, best first: hand-made, their I/W-split forms,
-    caller hints, and the serial schedule as the witness that always fits."""
-    out: list[_Candidate] = []
-    for r in baselines:
-        if r.applicable and r.result.feasible:
-            out.append(_Candidate(r.name, r.schedule, r.result))
-    for sched in [*hints, *(split_backward(c.schedule) for c in list(out))]:
+def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines: list,
+                budget: Budget, until: float, best: _Best) -> None:
+    """Offer every memory-feasible starting point: hand-made, caller hints, the I/W-split
+    forms, the greedy, and the serial schedule (the witness that always fits; simulated only
+    when nothing else fits on instances too large to spend the time on it)."""
+    start = [_Candidate(r.name, r.schedule, r.result) for r in baselines
+             if r.applicable and r.result.feasible]
+    for c in start:
+        best.offer(c, "hand-made")
+    for sched in hints:  # the caller's: bad ones are the caller's error, so they raise
         sim = simulate(inst, sched)
         if sim.feasible:
-            out.append(_Candidate(sched.name, sched, sim))
-    greedy = _greedy(inst, objective)
+            best.offer(_Candidate(sched.name, sched, sim), "hint")
+    try:
+        with budget.alarm(until - budget.elapsed()):
+            for c in start:
+                split = split_backward(c.schedule)
+                if split is not c.schedule:
+                    sim = simulate(inst, split)
+                    if sim.feasible:
+                        best.offer(_Candidate(split.name, split, sim), "hand-made")
+    except OutOfTime:
+        pass
+    greedy = _greedy(inst, objective, budget)
     if greedy is not None:
-        out.append(_Candidate(greedy[0].name, greedy[0], greedy[1]))
-    serial = serial_schedule(inst)
-    out.append(_Candidate(serial.name, serial, simulate(inst, serial)))
-    out.sort(key=lambda c: (c.sim.value(objective), c.sim.makespan, c.sim.max_span))
-    if inst.overlap is not None:  # the best few, with overlapped pairs where they help
-        from zbsolve.solver.pairing import pair_up
+        best.offer(greedy, "greedy")
+    if not best.all or TaskGraph(inst).count() <= EXACT_MAX_OPS:
+        serial = serial_schedule(inst)
+        best.offer(_Candidate(serial.name, serial, simulate(inst, serial)), "serial")
+    if inst.overlap is not None:
+        _paired(inst, budget, until, best)
 
-        for c in [c for c in out if not c.schedule.has_pairs][:PAIRED_CANDIDATES]:
-            sched, sim = pair_up(inst, c.schedule, time_limit=PAIRING_SECONDS)
-            if sched.has_pairs:
-                out.append(_Candidate(sched.name, sched, sim))
-        out.sort(key=lambda c: (c.sim.value(objective), c.sim.makespan, c.sim.max_span))
-    return out
+
+def _paired(inst: Instance, budget: Budget, until: float, best: _Best) -> None:
+    """Overlap instances: the best few candidates without pairs, given overlapped F&B pairs
+    where the simulator says they help (``pairing.pair_up``). Each gets PAIRING_SECONDS, cut
+    to what is left of the phase; in deterministic mode nothing is cut by the clock, so each
+    runs to its fixpoint (no pair left that helps)."""
+    from zbsolve.solver.pairing import pair_up
+
+    for c in [c for c in best.ranked() if not c.schedule.has_pairs][:PAIRED_CANDIDATES]:
+        seconds = math.inf if budget.deterministic else min(PAIRING_SECONDS,
+                                                            until - budget.elapsed())
+        if seconds <= 0:
+            return
+        sched, sim = pair_up(inst, c.schedule, time_limit=seconds)
+        if sched.has_pairs and sim.feasible:
+            best.offer(_Candidate(sched.name, sched, sim), "paired")
+
+
+def _bound(inst: Instance, objective: str, budget: Budget, info: dict[str, Any]) -> float:
+    """The analytic lower bound, or a cheap one if it does not fit its share of the time."""
+    try:
+        with budget.alarm(budget.share(BOUND_SHARE)):
+            return analytic_bound(inst, objective)
+    except OutOfTime:
+        info["bound"] = "work only (the analytic bound did not fit its share of the time limit)"
+        graph = TaskGraph(inst)  # least work: an op may run shorter inside an overlapped pair
+        return max(graph.device_min_work(d) for d in range(inst.devices))
 
 
 def solve(inst: Instance, options: SolveOptions | None = None,
           hints: list[Schedule] | tuple[Schedule, ...] = ()) -> SolveResult:
     """Optimize a schedule for ``inst`` (see the module docstring); never worse than a hint."""
-    from zbsolve.baselines import best_feasible
-
     options = options or SolveOptions()
     options.check()
-    t0 = time.perf_counter()
+    budget = Budget(float(options.time_limit), options.deterministic)
     check_memory(inst)
     objective = options.objective
-    analytic = analytic_bound(inst, objective)
-    baselines = hand_made(inst)
-    best_hand = best_feasible(inst, objective, baselines)
-    cands = _candidates(inst, objective, list(hints), baselines)
-    inc = cands[0]
-    progress = Progress(1.0, objective, echo=options.progress, floor=analytic)
-    progress.note(inc.sim.value(objective), analytic, f"hint: {inc.name}")
-
     n_ops = TaskGraph(inst).count()
     method = options.method
     if method == "auto":
         method = "exact" if n_ops <= EXACT_MAX_OPS else "large"
     info: dict[str, Any] = {"method": method, "ops": n_ops}
-    found: Schedule | None = None
+    analytic = _bound(inst, objective, budget, info)
+    until = budget.elapsed() + budget.share(HAND_MADE_SHARE)
+    baselines = hand_made(inst, budget, until)
+    best_hand = best_hand_made(inst, objective, baselines)
+    best = _Best(inst, objective)
+    _candidates(inst, objective, list(hints), baselines, budget, until, best)
+    inc = best.best()
+    progress = Progress(1.0, objective, echo=options.progress, floor=analytic)
+    progress.note(inc.sim.value(objective), analytic, f"hint: {inc.name}")
+
     cp_bound: float | None = None
-    remaining = options.time_limit - (time.perf_counter() - t0)
-    proven = rel_gap(inc.sim.value(objective), analytic) <= TOL
+    ran = False
+    within = max(TOL, options.gap)
+    proven = rel_gap(inc.sim.value(objective), analytic) <= within
     if proven:
-        info["note"] = "the hint meets the analytic lower bound: optimal, solver not run"
-    elif remaining <= 0:
+        info["proof_time"] = budget.elapsed()
+        info["note"] = ("the hint meets the analytic lower bound: optimal, solver not run"
+                        if rel_gap(inc.sim.value(objective), analytic) <= TOL
+                        else "the hint is within the requested gap: solver not run")
+    elif budget.cp_left() <= 0:
         info["note"] = "no time left after the hand-made schedules; solver not run"
     elif method == "large":
         from zbsolve.solver.large import solve_large
 
-        sub = dataclasses.replace(options, time_limit=remaining)
-        found, cp_bound = solve_large(inst, sub, [c.schedule for c in cands[:3]])
+        sub = dataclasses.replace(options, time_limit=budget.cp_left())
+        found, cp_bound = solve_large(inst, sub, [inc.schedule], greedy=False)
         info["large"] = found.meta.get("large") if found is not None else None
+        ran = found is not None
+        if found is not None:
+            best.offer(_Candidate(found.name, found, validate(inst, found)), "large")
     else:
-        found, cp_bound = _solve_exact(inst, options, inc, remaining, progress, info)
+        found, cp_bound = _solve_exact(inst, options, inc, budget, progress, info)
+        ran = found is not None
+        if info.get("cp_status") == "OPTIMAL":
+            info["proof_time"] = budget.elapsed()
+        if found is not None:
+            best.offer(_Candidate(found.name, found, validate(inst, found)), "exact")
+    if options.memory_tiebreak and method == "exact":
+        _memory_phase(inst, options, best, budget, info)
 
-    chosen, source = inc, f"hint:{inc.name}"
-    if found is not None:
-        sim = validate(inst, found)
-        if sim.value(objective) <= inc.sim.value(objective) + TOL:
-            chosen, source = _Candidate(found.name, found, sim), method
+    chosen = best.best()
+    source = _source(best, chosen)
     value = chosen.sim.value(objective)
     lower = min(max(analytic, cp_bound if cp_bound is not None else -math.inf), value)
     gap = rel_gap(value, lower)
-    if gap <= TOL and (found is not None or proven):
+    if gap <= TOL:
         status = "optimal"
     else:
-        status = "fallback" if found is None else "feasible"
-    elapsed = time.perf_counter() - t0
+        status = "feasible" if ran else "fallback"
+    elapsed = budget.elapsed()
     progress.note(value, lower, f"{status} ({source})")
 
     sched = Schedule([list(r) for r in chosen.schedule.orders], name=f"zbsolve-{objective}",
                      starts=dict(chosen.sim.start))
     base_value = best_hand.result.value(objective) if best_hand else None
+    fullest, total = memory_key(inst, chosen.sim)
     sched.meta = {
         "instance": inst.to_dict(),  # so exports of this file need no --instance
         "status": status,
@@ -224,12 +326,13 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         "objective": objective,
         "objective_value": value,
         "figures": chosen.sim.summary(),
+        "memory": {"fullest": fullest, "sum_of_peaks": total},
         "bounds": {"lower": lower, "analytic": analytic, "cpsat": cp_bound, "gap": gap},
         "solve_time": elapsed,
         "baseline": None if best_hand is None else {
             "name": best_hand.name, "value": base_value, "figures": best_hand.result.summary()},
         "options": asdict(options),
-        "solver": info,
+        "solver": {**info, "phases": best.phases, "cp_dtime": budget.cp_dtime},
     }
     return SolveResult(
         schedule=sched, sim=chosen.sim, status=status, objective_value=value,
@@ -237,6 +340,13 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         solve_time=elapsed, baseline=best_hand.name if best_hand else None,
         baseline_value=base_value, baselines=baselines, history=progress.history,
     )
+
+
+def _source(best: _Best, chosen: _Candidate) -> str:
+    """Where the returned schedule came from: ``exact``, ``large``, ``memory`` (the second
+    phase) or ``hint:<name>``."""
+    phase = next(p["phase"] for c, p in zip(best.all, best.phases) if c is chosen)
+    return phase if phase in ("exact", "large", "memory") else f"hint:{chosen.name}"
 
 
 def hint_sim_orders(inst: Instance, starts: dict[Op, float]) -> list[list[Op]]:
@@ -250,19 +360,29 @@ def hint_sim_orders(inst: Instance, starts: dict[Op, float]) -> list[list[Op]]:
     return rows
 
 
-def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaining: float,
-                 progress: Progress, info: dict[str, Any]) -> tuple[Schedule | None, float | None]:
-    """One monolithic CP-SAT run hinted with the incumbent; returns (schedule, valid bound)."""
-    from ortools.sat.python import cp_model
+def _step_slack(si: Instance) -> int:
+    """How far past every device's end the step's implicit jobs may end (model units): a span
+    leaves them out (post-validation's check chain), so the span horizon makes room for their
+    longest chain. 0 without the step's jobs (the model stays as it was)."""
+    graph = TaskGraph(si)
+    if not graph.has_step:
+        return 0
+    implicit = list(graph.implicit_ops())
+    return int(sum(graph.duration(op) for op in implicit) + si.comm * len(implicit))
 
-    scale = TimeScale.choose(inst)
-    si = scaled_instance(inst, scale)
-    hint_sched = split_backward(inc.schedule)
+
+def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
+                ) -> tuple[dict[Op, int], list[Pair], int | None, int | None]:
+    """A schedule as a CP-SAT hint on the scaled instance: (integer starts, its overlapped
+    pairs, an upper bound on the objective in model units or None, a horizon or None).
+
+    The makespan of an ASAP-timed feasible order is attainable in the model, so it is a safe
+    upper bound (and horizon). For span only if the hint starts every device at its head (the
+    model pins that); then every op ends by max(head of a first op) + span.
+    """
+    hint_sched = split_backward(sched)
     hint_sim = simulate(si, hint_sched)  # integer start times
-    starts, pairs = _model_hint(hint_sched, hint_sim, options.symmetry)
-    # The makespan of an ASAP-timed feasible order is attainable in the model, so it is a safe
-    # upper bound (and horizon). For span only if the hint starts every device at its head (the
-    # model pins that); then every op ends by max(head of a first op) + span.
+    starts, pairs = _model_starts(hint_sched, hint_sim, options.symmetry)
     ub, horizon = None, None
     if hint_sim.feasible and options.objective == "makespan":
         ub = int(round(hint_sim.makespan))
@@ -272,36 +392,12 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, remaini
         firsts = [min(starts[op] for op in row) for row in hint_sim_orders(si, starts)]
         if all(abs(a - b) < 0.5 for a, b in zip(firsts, h0)):
             ub = int(round(hint_sim.max_span))
-            horizon = int(max(h0)) + ub
-    sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
-                     memory_model=options.memory_model, symmetry=options.symmetry, scale=scale)
-    sm.add_hint({k: int(round(v)) for k, v in starts.items()}, pairs)
-    info.update(scale=asdict(scale), model=sm.stats)
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.max_time_in_seconds = max(remaining, 1e-3)
-    prm.num_workers = options.workers
-    prm.random_seed = options.seed
-    prm.relative_gap_limit = options.gap
-    if options.deterministic_time is not None:
-        prm.max_deterministic_time = options.deterministic_time
-    progress.unit = float(scale.time)
-    solver.best_bound_callback = progress.on_bound
-    code = solver.solve(sm.model, progress)
-    info.update(cp_status=solver.status_name(code), cp_wall=solver.wall_time)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, None
-    # Rounded durations are at most (1 + time_error) times the true ones, so the rounded
-    # optimum is at most (1 + time_error) times the true optimum: divide the bound by it.
-    bound = None
-    if scale.memory_exact:
-        bound = solver.best_objective_bound / scale.time / (1.0 + scale.time_error)
-    info["cp_objective"] = solver.objective_value / scale.time
-    return Schedule(sm.entries(solver), name=f"cpsat-{options.objective}"), bound
+            horizon = int(max(h0)) + ub + _step_slack(si)
+    return {k: int(round(v)) for k, v in starts.items()}, pairs, ub, horizon
 
 
-def _model_hint(sched: Schedule, sim: SimResult, symmetry: bool
-                ) -> tuple[dict[Op, float], list[Pair]]:
+def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool
+                  ) -> tuple[dict[Op, float], list[Pair]]:
     """The incumbent as the model sees it: every op's start in the split form (a pair's fused
     B becomes its I and W, both at the pair's start), and its pairs; relabelled into
     microbatch order when the model breaks that symmetry."""
@@ -322,3 +418,86 @@ def _model_hint(sched: Schedule, sim: SimResult, symmetry: bool
         return relabel[op]
 
     return starts, [Pair(moved(p.first), moved(p.second)) for p in pairs]
+
+
+def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=None,
+         bound_callback=None):
+    """Solve a built model for ``seconds`` of the budget; returns (solver, status code)."""
+    from zbsolve.solver.cpsat import new_solver
+
+    solver = new_solver(seconds, workers=options.workers, seed=options.seed,
+                        deterministic=options.deterministic, gap=options.gap,
+                        extra=options.cp_params)
+    if bound_callback is not None:
+        solver.best_bound_callback = bound_callback
+    code = solver.solve(sm.model, callback) if callback is not None else solver.solve(sm.model)
+    budget.cp_dtime += solver.deterministic_time
+    return solver, code
+
+
+def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget: Budget,
+                 progress: Progress, info: dict[str, Any]) -> tuple[Schedule | None, float | None]:
+    """One monolithic CP-SAT run hinted with the incumbent; returns (schedule, valid bound)."""
+    from ortools.sat.python import cp_model
+
+    scale = TimeScale.choose(inst)
+    si = scaled_instance(inst, scale)
+    hint, pairs, ub, horizon = _model_hint(si, inc.schedule, options)
+    sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
+                     memory_model=options.memory_model, symmetry=options.symmetry, scale=scale)
+    sm.add_hint(hint, pairs)
+    info.update(scale=asdict(scale), model=sm.stats)
+    progress.unit = float(scale.time)
+    solver, code = _run(sm, options, budget, budget.cp_left(), progress, progress.on_bound)
+    info.update(cp_status=solver.status_name(code), cp_wall=solver.wall_time,
+                cp_dtime=solver.deterministic_time)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, None
+    # Rounded durations are at most (1 + time_error) times the true ones, so the rounded
+    # optimum is at most (1 + time_error) times the true optimum: divide the bound by it.
+    bound = None
+    if scale.memory_exact:
+        bound = solver.best_objective_bound / scale.time / (1.0 + scale.time_error)
+    info["cp_objective"] = solver.objective_value / scale.time
+    return Schedule(sm.entries(solver), name=f"cpsat-{options.objective}"), bound
+
+
+def _memory_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
+                  info: dict[str, Any]) -> None:
+    """Second CP-SAT phase: the best schedule's step time as an upper bound, memory as the
+    objective (``build_model(secondary="memory")``); its schedule is offered like any other.
+
+    Its time: what is left, at most MEMORY_PHASE_SHARE of the limit and at most the time
+    spent so far (or MEMORY_PHASE_MIN seconds): a tie-break must not dominate the solve.
+    """
+    from ortools.sat.python import cp_model
+
+    seconds = min(budget.cp_left(), MEMORY_PHASE_SHARE * budget.limit,
+                  max(MEMORY_PHASE_MIN, budget.cp_dtime if budget.deterministic
+                      else budget.elapsed()))
+    if seconds <= 0.05:
+        info["memory_phase"] = "not run: no time left"
+        return
+    top = best.best()
+    scale = TimeScale.choose(inst)
+    si = scaled_instance(inst, scale)
+    hint, pairs, ub, horizon = _model_hint(si, top.schedule, options)
+    if ub is None:
+        info["memory_phase"] = "not run: the best schedule gives no upper bound in the model"
+        return
+    sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
+                     memory_model=options.memory_model, symmetry=options.symmetry, scale=scale,
+                     secondary="memory")
+    sm.add_hint(hint, pairs)
+    solver, code = _run(sm, dataclasses.replace(options, gap=0.0), budget, seconds)
+    info["memory_phase"] = {"cp_status": solver.status_name(code), "seconds": seconds,
+                            "cp_wall": solver.wall_time}
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return
+    sched = Schedule(sm.entries(solver), name=f"cpsat-memory-{options.objective}")
+    try:
+        sim = simulate(inst, sched)
+    except ScheduleError:  # cannot happen for a model solution; never fatal for a tie-break
+        return
+    if sim.feasible:
+        best.offer(_Candidate(sched.name, sched, sim), "memory")

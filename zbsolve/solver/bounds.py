@@ -24,7 +24,10 @@ smallest feasible per-device limit, and ``serial_schedule`` is a witness that fi
 
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance, InstanceError
@@ -88,7 +91,7 @@ def serial_schedule(inst: Instance) -> Schedule:
     """
     graph = TaskGraph(inst)
     orders: list[list[Op]] = [[] for _ in range(inst.devices)]
-    for op in graph.topological():
+    for op in graph.topological(implicit=False):  # the step's jobs are no order's
         d = graph.device(op)
         if d is not None:
             orders[d].append(op)
@@ -96,13 +99,90 @@ def serial_schedule(inst: Instance) -> Schedule:
 
 
 # ---------------------------------------------------------------------- heads and tails
-def _preds(graph: TaskGraph, op: Op, ordered: bool) -> list[tuple[Op, float]]:
-    """Graph predecessors (edge weight = pred duration + delay), plus the sorted-chain edge."""
+class MemoryEdge(NamedTuple):
+    """start F(stage, j + lag) >= end (kind, source, j) for every microbatch j (microbatch order)."""
+
+    kind: str  # "I", "W" or "F": the op of microbatch j that must end first
+    source: int  # its stage (on the same device as ``stage``)
+    stage: int  # the forward's stage
+    lag: int
+
+
+def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
+    """Precedences that device d's memory limit forces in microbatch order (only those with
+    lag < m). Stages of d: s_1 < ... < s_k; A_s = activations of d's stages <= s, w_s = the
+    part of s's activation its W keeps. Each edge is "if not, the device holds more than its
+    limit at the forward's start" (``limit`` net of the resident params):
+
+    1. I(s, j) -> F(t, j+L) for s <= t, L = floor((limit - A_t) / A_s) + 1. If F(t, j+L) starts
+       before I(s, j) ends, microbatch j+L holds A_t (its forwards on d up to t have started,
+       its input backwards there all wait on I(t, j+L)) and each of j..j+L-1 holds A_s (their
+       forwards up to s have started, by microbatch order; their input backwards up to s wait
+       on I(s, .), which in microbatch order waits on I(s, j)): L·A_s + A_t > limit.
+       With s = t: I(s, j) -> F(s, j+L), L = floor(limit / A_s).
+    2. W(s, j) -> F(t, j+L) for s <= t, w_s > 0, L = floor((limit - A_t) / w_s) + 1: likewise
+       microbatch j+L holds A_t and each of j..j+L-1 still holds s's kept part (F(s, .) has
+       started; W(s, .) waits on W(s, j) in microbatch order).
+    3. F(t, j) -> F(s, j+L) for s < t, L = floor((limit - A_t) / A_s) + 1. If F(s, j+L) starts
+       before F(t, j) does, then when F(t, j) starts microbatches j+1..j+L hold A_s each and
+       microbatch j holds A_t. Both ops run on d, so F(s, j+L) starts after F(t, j) ends.
+    """
+    limit = inst.limit[d]
+    if (limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1
+            or inst.overlap is not None):
+        # The argument walks one chain of unsegmented solo units: with replicas a device's
+        # stages do not share microbatches, with segments a unit's memory is split over ops,
+        # and a pair's forward starts with a backward that has not ended.
+        return []
+    limit -= inst.resident(d)
+    m = inst.microbatches
+    stages = sorted(inst.stages_of(d))
+    below = {s: sum(inst.activation[t] for t in stages if t <= s) for s in stages}
+
+    def lag(room: float, each: float) -> int:
+        return int(math.floor(room / each + 1e-9)) + 1
+
+    out = []
+    for i, s in enumerate(stages):
+        for t in stages[i:]:
+            room = limit - below[t]
+            out.append(MemoryEdge("I", s, t, lag(room, below[s])))
+            if inst.weight[s] > 0:
+                out.append(MemoryEdge("W", s, t, lag(room, inst.weight[s])))
+            if t > s:
+                out.append(MemoryEdge("F", t, s, lag(room, below[s])))
+    return [e for e in out if e.lag < m]
+
+
+def in_flight_caps(inst: Instance, d: int) -> dict[int, int]:
+    """Per stage s of device d: L with F(s, j+L) after I(s, j) (``memory_edges``' first kind)."""
+    return {e.stage: e.lag for e in memory_edges(inst, d) if e.kind == "I" and e.source == e.stage}
+
+
+def memory_precedences(inst: Instance) -> dict[int, list[MemoryEdge]]:
+    """Stage -> the ``memory_edges`` into its forwards, over all devices."""
+    into: dict[int, list[MemoryEdge]] = {}
+    for d in range(inst.devices):
+        for e in memory_edges(inst, d):
+            into.setdefault(e.stage, []).append(e)
+    return into
+
+
+def _preds(graph: TaskGraph, op: Op, ordered: bool,
+           mem: dict[int, list[MemoryEdge]] | None = None) -> list[tuple[Op, float]]:
+    """Graph predecessors (edge weight = pred's least duration + delay, ``min_duration``), plus
+    the sorted-chain edge and, with ``mem``, the memory edges into a forward (both valid in
+    microbatch order)."""
     out = [(q, graph.min_duration(q) + c) for q, c in graph.preds(op)]
     if ordered:
         q = graph.same_class_prev(op)
         if q is not None:
             out.append((q, graph.min_duration(q)))
+        if mem and op.kind == Kind.F and op.stage in mem:
+            for e in mem[op.stage]:
+                if op.mb >= e.lag:
+                    q = Op(e.kind, e.source, op.mb - e.lag, op.seg)
+                    out.append((q, graph.min_duration(q)))
     return out
 
 
@@ -116,7 +196,7 @@ class HeadsTails:
 
 
 def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
-                graph: TaskGraph | None = None) -> HeadsTails:
+                graph: TaskGraph | None = None, memory: bool = True) -> HeadsTails:
     """Longest paths through the task graph (plus the microbatch chains when ``ordered``).
 
     With ``source`` the heads are measured from that op's start (ops not reachable from it get
@@ -137,6 +217,9 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
                 for j in range(op.mb, inst.microbatches, R)}
         tail = {op._replace(mb=j): t for op, t in one.tail.items()
                 for j in range(op.mb, inst.microbatches, R)}
+        if graph.has_step:
+            _step_heads_tails(graph, head, tail)
+            return HeadsTails(head, tail, False)
         for op in graph.implicit_ops():
             head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
                            default=0.0)
@@ -146,13 +229,36 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
                 if op.kind in (Kind.W, Kind.B):
                     tail[op] = max(tail[op], graph.duration(graph.sync_op(op.stage)))
         return HeadsTails(head, tail, False)
-    return _walk(graph, graph.topological(), True, source)
+    caps = memory_precedences(inst) if memory else None
+    return _walk(graph, graph.topological(), True, source, caps)
 
 
-def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None) -> HeadsTails:
+def _step_heads_tails(graph: TaskGraph, head: dict[Op, float], tail: dict[Op, float]) -> None:
+    """Heads and tails of the step's jobs (implicit ops and optimizer steps, in topological
+    order) on top of the units' copied ones, and the tails of the units' last ops through them.
+
+    The tails of the units' other ops stay what their own microbatch's walk gave (shorter than
+    the truth, so still valid); the tail rule's device order is not a graph edge and is left
+    out, which only makes heads and tails smaller (valid)."""
+    step = [*graph.implicit_ops(), *graph.tail_ops()]
+    for op in step:
+        head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
+                       default=0.0)
+    for op in reversed(step):
+        tail[op] = max((c + graph.min_duration(n) + tail[n] for n, c in graph.succs(op)),
+                       default=0.0)
+    for op in list(tail):
+        if op.kind in (Kind.W, Kind.B):
+            tail[op] = max([tail[op], *(c + graph.min_duration(n) + tail[n]
+                                        for n, c in graph.succs(op) if n in tail
+                                        and graph.device(n) is None)])
+
+
+def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None,
+          caps: dict[int, list[MemoryEdge]] | None = None) -> HeadsTails:
     head: dict[Op, float] = {}
     reach: dict[Op, bool] = {}
-    preds = {op: _preds(graph, op, ordered) for op in topo}
+    preds = {op: _preds(graph, op, ordered, caps) for op in topo}
     for op in topo:
         cands = [head[q] + w for q, w in preds[op] if reach.get(q, False)]
         if source is None or op == source:
@@ -172,22 +278,60 @@ def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None) ->
 
 
 def _one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
-    """Head-body-tail bound of one machine: max over subsets {head >= t} and {tail >= u} of
-    min head + total duration + min tail. ``jobs`` = (head, duration, tail)."""
-    best = 0.0
-    by_head = sorted(jobs, key=lambda x: -x[0])
-    work, min_tail = 0.0, float("inf")
-    for h, p, q in by_head:
-        work += p
-        min_tail = min(min_tail, q)
-        best = max(best, h + work + min_tail)
-    by_tail = sorted(jobs, key=lambda x: -x[2])
-    work, min_head = 0.0, float("inf")
-    for h, p, q in by_tail:
-        work += p
-        min_head = min(min_head, h)
-        best = max(best, min_head + work + q)
+    """Head-body-tail bound of one machine: the value of Jackson's preemptive schedule.
+
+    ``jobs`` = (head, duration, tail). Run, at every moment, the released job with the largest
+    tail, preempting when a job with a larger tail is released; the bound is the largest
+    completion + tail. That value equals max over every subset S of the jobs of
+    min_S head + sum_S duration + min_S tail (Carlier 1982), so it is a lower bound for any
+    non-preemptive schedule, and it dominates the two one-parameter families of subsets
+    ({head >= t}, {tail >= u}) it replaced (measured: docs/solver.md).
+    """
+    jobs = sorted(jobs)
+    best, t, i, n = 0.0, -math.inf, 0, len(jobs)
+    ready: list[tuple[float, float]] = []  # (-tail, remaining duration)
+    while i < n or ready:
+        if not ready:
+            t = max(t, jobs[i][0])
+        while i < n and jobs[i][0] <= t:
+            heapq.heappush(ready, (-jobs[i][2], jobs[i][1]))
+            i += 1
+        neg_tail, left = heapq.heappop(ready)
+        release = jobs[i][0] if i < n else math.inf
+        if t + left <= release:
+            t += left
+            best = max(best, t - neg_tail)
+        else:  # run until the next release, then choose again
+            heapq.heappush(ready, (neg_tail, left - (release - t)))
+            t = release
     return best
+
+
+def device_tails(inst: Instance, ht: HeadsTails, device: int,
+                 graph: TaskGraph | None = None) -> dict[Op, float]:
+    """Per op of ``device``: the least time from its end to the end of the device's last op.
+
+    The longest path (the DAG's edges with their delays, plus the microbatch chains and memory
+    edges when ``ht`` is ordered) from the op's end to the end of any op of the same device:
+    that op ends no later than the device's last one, so the device's last end >= the op's
+    end + this. ``ht.tail`` is the same to the end of *any* op (the makespan's tail).
+    """
+    graph = graph or TaskGraph(inst)
+    caps = memory_precedences(inst) if ht.ordered else None
+    topo = graph.topological(implicit=False)
+    succ: dict[Op, list[tuple[Op, float]]] = {op: [] for op in topo}
+    for op in topo:
+        for q, w in _preds(graph, op, ht.ordered, caps):
+            if q in succ:
+                succ[q].append((op, w - graph.min_duration(q)))
+    reach: dict[Op, float] = {}  # -inf: no path to an op of the device
+    for op in reversed(topo):
+        best = -math.inf
+        for n, c in succ[op]:
+            via = reach[n] if graph.device(n) != device else max(reach[n], 0.0)
+            best = max(best, c + graph.min_duration(n) + via)
+        reach[op] = best
+    return {op: max(reach[op], 0.0) for op in graph.device_ops(device)}
 
 
 def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
@@ -199,7 +343,7 @@ def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
 def _device_jobs(inst: Instance, ht: HeadsTails, tails: bool) -> list[list[tuple[float, float, float]]]:
     graph = TaskGraph(inst)
     return [[(ht.head[op], graph.min_duration(op), ht.tail[op] if tails else 0.0)
-             for op in graph.device_ops(d)] for d in range(inst.devices)]
+             for op in (*graph.device_ops(d), *graph.tail_ops(d))] for d in range(inst.devices)]
 
 
 def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
@@ -215,19 +359,26 @@ def device_lower_bounds(inst: Instance) -> list[float]:
     return [first_head(inst, ht, d) + graph.device_min_work(d) for d in range(inst.devices)]
 
 
-def device_span_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
+def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
+                       own_tails: bool = True) -> list[float]:
     """Per device, a lower bound on its span (first start to last end).
 
     Spans are measured with the device's first op pinned to its earliest start h0 (the
     ``span`` objective's definition, see api.py), so every op of the device starts at or after
-    its head: span >= head-body-tail over its ops (tails cut to 0: the span ends with the
-    device's own last op) - h0, and >= its work.
+    its head: span >= head-body-tail over its ops - h0, with each op's tail the least time from
+    its end to the end of an op of the same device (``device_tails``; the global tail would
+    count work of other devices after this one's last op), and >= its work.
     """
     ht = ht or heads_tails(inst)
-    jobs = _device_jobs(inst, ht, tails=False)
     graph = TaskGraph(inst)
-    return [max(_one_machine_bound(jobs[d]) - first_head(inst, ht, d), graph.device_min_work(d))
-            for d in range(inst.devices)]
+    out = []
+    for d in range(inst.devices):
+        tails = device_tails(inst, ht, d, graph) if own_tails else {}
+        jobs = [(ht.head[op], graph.min_duration(op), tails.get(op, 0.0))
+                for op in graph.device_ops(d)]
+        out.append(max(_one_machine_bound(jobs) - first_head(inst, ht, d),
+                       graph.device_min_work(d)))
+    return out
 
 
 def _knapsack_lp(items: list[tuple[float, float]], room: float, count: float) -> float:

@@ -28,6 +28,14 @@ checks that), so a V placement's first device can hold twice as many chunk-0 for
 The ``reserve=False`` variant skips the reservation (tighter for multi-chunk placements) and is
 simply discarded if it deadlocks.
 
+The ``safe`` variants replace the reservation by the banker's test (Dijkstra): a forward may
+start only if afterwards the microbatches in flight can still all finish one at a time, each
+needing only the activations of its forwards not yet started on every device and then freeing
+what it holds. A microbatch paused does nothing, so from a safe state the one that can finish
+alone always can, and W's and I's only free memory: no deadlock, with far more microbatches in
+flight than the reservation allows when devices hold several stages and memory is tight
+(measured: docs/solver.md).
+
 A few parameter variants are run and the best one by the simulator is returned; the simulator's
 ASAP timing of the produced orders is identical to the greedy's own timeline (both start every op
 at max(device free, inputs arrived)), and memory depends on the order only, so what the greedy
@@ -74,6 +82,7 @@ class GreedyParams:
         of W (a small delay beats a long idle gap).
     hold_f: wait for an I that is known to arrive within hold_f * F(s) instead of starting that F
         (0 = never): a started F would delay the I, which is on the backward critical path.
+    safe: admit forwards by the banker's test instead of the reservation (module docstring).
     """
 
     cap: float | None = None
@@ -84,10 +93,11 @@ class GreedyParams:
     hold_f: float = 0.0
     hold_warmup_only: bool = False
     w_slack: float = 0.0
+    safe: bool = False
 
     def label(self) -> str:
         cap = "mem" if self.cap is None else f"{self.cap:g}"
-        res = "" if self.reserve else "/noreserve"
+        res = "/safe" if self.safe else "" if self.reserve else "/noreserve"
         hold = f"/hold={self.hold_f:g}" if self.hold_f else ""
         hold += "(warm-up)" if self.hold_f and self.hold_warmup_only else ""
         slack = f"/slack={self.w_slack:g}" if self.w_slack else ""
@@ -179,8 +189,43 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
             decision[dd] = t
             heapq.heappush(heap, (t, dd))
 
+    # banker's test: per microbatch (all its segments), memory it holds per device ...
+    held = [[0.0] * p for _ in range(m)]
+    owed = [[0.0] * p for _ in range(m)]  # ... and the activations its forwards still need
+    for s in range(S):
+        for j, g in units_of[s]:
+            owed[j][place[s]] += act[s][g]
+    live: set[int] = set()  # microbatches with a forward started and memory held or owed
+
+    def safe_after(d: int, s: int, mb: int, g: int) -> bool:
+        """Banker's test for the state after F(s, mb, g) starts on d."""
+        a = act[s][g]
+        free = [limit[e] - mem[e] for e in range(p)]
+        free[d] -= a
+        if free[d] < -EPS:
+            return False
+        todo = live | {mb}
+        while todo:
+            done = None
+            for j in todo:
+                need = owed[j]
+                extra = a if j == mb else 0.0
+                if all(need[e] - (extra if e == d else 0.0) <= free[e] + EPS for e in range(p)):
+                    done = j
+                    break
+            if done is None:
+                return False
+            todo.discard(done)
+            for e in range(p):
+                free[e] += held[done][e] + (a if (done == mb and e == d) else 0.0)
+        return True
+
     def admissible(d: int, s: int, mb: int, g: int) -> bool:
         r = s // S1
+        if params.safe:
+            if s == first[d][r] and inflight[d] >= cap[d]:
+                return False
+            return safe_after(d, s, mb, g)
         if s == first[d][r]:
             if inflight[d] >= cap[d]:
                 return False
@@ -196,8 +241,8 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
         """Hand the outputs of a finished op of device d to its successors (the graph's edges)."""
         for nxt, delay in succs(op):
             kind, s2, mb2, g2 = nxt
-            if kind == "SYNC":
-                continue  # the replicas' all-reduce: no device runs it
+            if kind == "SYNC" or mb2 < 0:
+                continue  # a step-level job (SYNC, the step boundary): in no device's order
             dd = place[s2]
             arrival = end + delay
             if K > 1:  # a segment's op may wait for two inputs: ready when both have come
@@ -290,24 +335,31 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
         a = act[s][g]
         if kind == "F":
             next_f[s] += 1
+            held[mb][d] += a
+            owed[mb][d] -= a
+            live.add(mb)
             if s == first[d][r]:
                 inflight[d] += 1
-                if params.reserve:
+                if params.reserve and not params.safe:
                     res_left[d][(mb, g)] = reserve[d][r][g] - a
                     outstanding[d] += reserve[d][r][g] - a
-            elif params.reserve and not is_last[s]:
+            elif params.reserve and not params.safe and not is_last[s]:
                 res_left[d][(mb, g)] -= a
                 outstanding[d] -= a
             mem[d] += a
         elif kind == "I":
             started_i[d] = True
             mem[d] -= a - wgt[s][g]
+            held[mb][d] -= a - wgt[s][g]
             if s == first[d][r]:
                 inflight[d] -= 1
-                if params.reserve:
+                if params.reserve and not params.safe:
                     outstanding[d] -= res_left[d].pop((mb, g))
         else:
             mem[d] -= wgt[s][g]
+            held[mb][d] -= wgt[s][g]
+        if kind != "F" and all(x <= EPS for x in held[mb]) and all(x <= EPS for x in owed[mb]):
+            live.discard(mb)
         arrive(d, op, end)
         free[d] = end
         decision[d] = end
@@ -339,6 +391,11 @@ def default_variants(inst: Instance) -> list[GreedyParams]:
                 for i, f in picks for sl in (0.0, 0.4)]
         out += [GreedyParams(w_policy="fit", reserve=False),
                 GreedyParams(w_policy="fit", i_pick="deep", reserve=False)]
+    # One stage per device: the reservation is as tight; the banker's test costs (microbatches
+    # in flight)^2 per forward. Not with segments: measured only on whole units.
+    if inst.chunks > 1 and not big and inst.segments == 1:
+        out += [GreedyParams(cap=cap, w_policy=w, i_pick=i, safe=True)
+                for cap in (None, 2.0) for w in ("fit", "fill") for i in ("mb", "deep")]
     unique = list(dict.fromkeys(out))
     return unique
 

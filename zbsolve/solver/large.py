@@ -16,7 +16,10 @@ the window's ops is cheap:
   the incumbent. Its objective is exact, not an estimate: with the orders after the window kept,
   each device's end is max over the window's exits of (exit end + delay + the longest path from
   there to that device's last op through the fixed orders), precomputed per window
-  (``_post_tails``); second, the sum of the devices' window ends (pack left);
+  (``_post_tails``); second, the sum of the devices' window ends (pack left). With the step
+  boundary (``zbsolve.step``) the fixed part after the window also holds the step's implicit
+  jobs and each device's optimizer steps (the tail rule, in the incumbent's order: the
+  simulator's earliest-ready order can only end sooner, so the objective is then an upper bound);
 * the new orders are re-timed by the simulator and accepted if the objective is no worse and the
   devices finish earlier. Memory after the window is unchanged by construction (same ops in the
   window; memory depends on the order only), and the simulator re-checks it anyway.
@@ -58,6 +61,7 @@ class LNSConfig:
     overlap: float = 0.5  # fraction of a window the next one shares
     workers: int = 2
     seed: int = 0
+    deterministic: bool = False  # seconds are CP-SAT deterministic seconds (reproducible)
 
 
 @dataclass
@@ -136,9 +140,9 @@ def _solve_window(
     objective: str,
     time_limit: float,
     cfg: LNSConfig,
-) -> tuple[list[list[Op]] | None, bool, int]:
+) -> tuple[list[list[Op]] | None, bool, int, float]:
     """Re-solve ``orders[d][lo_cut[d]:hi_cut[d]]`` for all d (both cuts predecessor-closed);
-    returns (new orders or None, proved optimal, window size)."""
+    returns (new orders or None, proved optimal, window size, CP-SAT deterministic time)."""
     from ortools.sat.python import cp_model
 
     graph = TaskGraph(si)
@@ -146,7 +150,7 @@ def _solve_window(
     split = list(zip(lo_cut, hi_cut))
     win: list[Op] = [op for d in range(p) for op in orders[d][split[d][0]:split[d][1]]]
     if len(win) < 2:
-        return None, True, len(win)
+        return None, True, len(win), 0.0
     in_win = set(win)
     dur = {op: int(round(graph.duration(op))) for op in win}
     model = cp_model.CpModel()
@@ -210,20 +214,20 @@ def _solve_window(
         model.add_hint(reach[e], inc_reach[e])
     model.add_hint(z, max(r - f for r, f in zip(inc_reach, lead)))
     model.minimize(len(terms) * z + sum(terms))
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.max_time_in_seconds = max(time_limit, 0.05)
-    prm.num_workers = cfg.workers
-    prm.random_seed = cfg.seed
+    from zbsolve.solver.cpsat import new_solver
+
+    solver = new_solver(max(time_limit, 0.05), workers=cfg.workers, seed=cfg.seed,
+                        deterministic=cfg.deterministic)
     code = solver.solve(model)
+    dtime = solver.deterministic_time
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, False, len(win)
+        return None, False, len(win), dtime
     new = []
     for d in range(p):
         i, j = split[d]
         mid = sorted(orders[d][i:j], key=lambda o: (solver.value(start[o]), o.kind != "I"))
         new.append(orders[d][:i] + mid + orders[d][j:])
-    return new, code == cp_model.OPTIMAL, len(win)
+    return new, code == cp_model.OPTIMAL, len(win), dtime
 
 
 def _first_heads(si: Instance) -> list[int]:
@@ -243,13 +247,20 @@ def _post_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult, hi_cut
     exact, not an estimate.
     """
     nxt: dict[Op, Op] = {}
-    post: list[Op] = list(graph.implicit_ops())  # they end the step (makespan), never a span
+    fixed: list[Op] = []
+    step_tail: list[Op] = []  # the devices' optimizer steps (rows end with them: _with_tails)
     for row, cut in zip(orders, hi_cut):
-        tail_ops = row[cut:]
-        post.extend(tail_ops)
-        nxt.update(zip(tail_ops, tail_ops[1:]))
+        after = row[cut:]
+        fixed += [o for o in after if not graph.is_tail(o)]
+        step_tail += reversed([o for o in after if graph.is_tail(o)])
+        nxt.update(zip(after, after[1:]))
+    # Successors first: the optimizer steps (nothing but the next one waits for them), the
+    # implicit ops against the graph's order (zero-length ones can tie in time), then the rest
+    # by start time. They end the step (makespan); only device ops end a span.
+    post = step_tail + list(reversed(list(graph.implicit_ops())))
+    post += sorted(fixed, key=lambda o: -sim.start[o])
     tails: dict[Op, dict[int, int]] = {}
-    for q in sorted(post, key=lambda o: -sim.start[o]):
+    for q in post:
         best: dict[int, int] = {}
         cands = [(r, c) for r, c in graph.succs(q) if r in tails]
         if q in nxt:
@@ -268,6 +279,13 @@ def _post_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult, hi_cut
             out[key] = max(out.get(key, 0), dq)
         tails[q] = out
     return tails
+
+
+def _with_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult) -> list[list[Op]]:
+    """Each device's order followed by its optimizer steps as the simulator ran them (the tail
+    rule): what comes after a window that reaches the end of a device's order."""
+    return [row + sorted(graph.tail_ops(d), key=lambda o: (sim.start[o], o.stage))
+            for d, row in enumerate(orders)]
 
 
 def _exit_vector(graph: TaskGraph, o: Op, tails: dict[Op, dict[int, int]]) -> dict[int, int]:
@@ -364,6 +382,13 @@ def improve(
     cfg = config or LNSConfig()
     t_start = time.perf_counter()
     deadline = t_start + time_limit
+    spent = [0.0]  # CP-SAT deterministic seconds (the clock in deterministic mode)
+
+    def left() -> float:
+        if cfg.deterministic:
+            return time_limit - spent[0]
+        return deadline - time.perf_counter()
+
     start_sim = validate(inst, sched)
     bound = quick_bound(inst, objective) if bound is None else bound
     stats = LNSStats()
@@ -394,7 +419,7 @@ def improve(
             progress.note(best_true_value, bound, what)
 
     report("large: start")
-    while time.perf_counter() < deadline - 0.05:
+    while left() > 0.05:
         if best_true_value <= bound * (1 + gap) + TOL:
             break
         if pos >= m:
@@ -410,9 +435,12 @@ def improve(
         lo_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos))
         hi_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos + size))
         lo_cut = [min(a, b) for a, b in zip(lo_cut, hi_cut)]
-        left = deadline - time.perf_counter()
-        limit = min(cfg.window_time, max(left - 0.05, 0.05))
-        new, optimal, n_win = _solve_window(si, orders, sim, lo_cut, hi_cut, objective, limit, cfg)
+        limit = min(cfg.window_time, max(left() - 0.05, 0.05))
+        new, optimal, n_win, dtime = _solve_window(si, _with_tails(graph, orders, sim), sim,
+                                                   lo_cut, hi_cut, objective, limit, cfg)
+        spent[0] += dtime
+        if new is not None and graph.has_step:
+            new = [[o for o in row if not graph.is_tail(o)] for row in new]
         stats.windows += 1
         stats.optimal_windows += int(optimal)
         pass_optimal = pass_optimal and optimal
@@ -450,7 +478,8 @@ def _as_list(hints: Schedule | Iterable[Schedule] | None) -> list[Schedule]:
 
 
 def solve_large(
-    inst: Instance, options: Any, hints: Schedule | Iterable[Schedule] | None = None
+    inst: Instance, options: Any, hints: Schedule | Iterable[Schedule] | None = None,
+    *, greedy: bool = True,
 ) -> tuple[Schedule | None, float | None]:
     """The ``method="large"`` solver of ``zbsolve.solver.api`` (contract documented there).
 
@@ -458,13 +487,15 @@ def solve_large(
     invalid or over-memory ones dropped), then runs ``improve`` for the time left. Returns the
     best validated schedule (its ``meta["large"]`` holds the search statistics) and a cheap valid
     lower bound. ``options`` needs ``time_limit`` and ``objective``; ``workers``, ``seed``,
-    ``gap`` and ``progress`` are used when present.
+    ``gap``, ``progress`` and ``deterministic`` are used when present. ``greedy=False``: the
+    caller has already weighed the greedy against the hints (``solve`` passes its incumbent).
     """
     t0 = time.perf_counter()
     objective = getattr(options, "objective", "makespan")
     time_limit = float(getattr(options, "time_limit", 60.0))
     cfg = LNSConfig(workers=int(getattr(options, "workers", 2) or 2),
-                    seed=int(getattr(options, "seed", 0) or 0))
+                    seed=int(getattr(options, "seed", 0) or 0),
+                    deterministic=bool(getattr(options, "deterministic", False)))
     bound = quick_bound(inst, objective)
     tracker = None
     if getattr(options, "progress", False):
@@ -474,9 +505,9 @@ def solve_large(
 
     starts: list[tuple[float, str, Schedule]] = []
     given = _as_list(hints)
-    if not any("variants_tried" in h.meta for h in given):  # no greedy result among the hints
-        heur, heur_sim = heuristic_schedule(inst, objective,
-                                            time_limit=max(1.0, 0.2 * time_limit))
+    if greedy and not any("variants_tried" in h.meta for h in given):  # no greedy among hints
+        heur, heur_sim = heuristic_schedule(
+            inst, objective, time_limit=None if cfg.deterministic else max(1.0, 0.2 * time_limit))
         starts.append((heur_sim.value(objective), "heuristic", heur))
     for h in given:
         try:

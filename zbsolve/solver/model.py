@@ -39,12 +39,19 @@ from ortools.sat.python import cp_model
 from zbsolve.graph import START, TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Entry, Kind, Op, Pair
-from zbsolve.solver.bounds import analytic_bound, first_head, heads_tails
+from zbsolve.solver.bounds import (
+    analytic_bound,
+    first_head,
+    heads_tails,
+    memory_edges,
+    min_memory_limit,
+)
 
 OBJECTIVES = ("makespan", "span")
 MEMORY_MODELS = ("cumulative", "reservoir")
 MAX_POW10 = 6
 ROUNDING_TOLERANCE = 1e-3  # relative, per duration
+FULLNESS_STEPS = 10_000  # the memory phase measures fullness (peak / limit) in these steps
 
 
 def _is_int(x: float) -> bool:
@@ -62,8 +69,8 @@ class TimeScale:
 
     @staticmethod
     def choose(inst: Instance) -> TimeScale:
-        times = [x for x in (*_op_times(inst), *inst.sync, inst.comm, *_pair_works(inst))
-                 if x > 0]
+        times = [x for x in (*_op_times(inst), *inst.sync, inst.comm, *_pair_works(inst),
+                             *_step_times(inst)) if x > 0]
         t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
         if t_scale is None:
             raise ValueError(
@@ -98,6 +105,9 @@ class TimeScale:
         return self.time_error == 0.0 and self.memory_exact
 
 
+def _step_times(inst: Instance) -> list[float]:
+    """The step boundary's durations, when its jobs exist (``zbsolve.step``)."""
+    return inst.step.times() if inst.step.active else []
 def _op_times(inst: Instance) -> list[float]:
     """Every F, I, W duration an op can have (per segment when there are segments)."""
     return [x for key in ("F", "I", "W") for row in inst.segment_table(key) for x in row]
@@ -164,12 +174,12 @@ def scaled_instance(inst: Instance, scale: TimeScale) -> Instance:
         return dataclasses.replace(
             inst, **wholes, **{f"seg_{key}": table for key, table in tables.items()},
             sync=times(inst.sync), comm=float(scale.t(inst.comm)), params=mems(inst.params),
-            limit=limit)
+            limit=limit, step=inst.step.scaled(scale.t))
     return dataclasses.replace(
         inst, F=times(inst.F), I=times(inst.I), W=times(inst.W), sync=times(inst.sync),
         comm=float(scale.t(inst.comm)),
         activation=mems(inst.activation), weight=mems(inst.weight), params=mems(inst.params),
-        limit=limit,
+        limit=limit, step=inst.step.scaled(scale.t),
     )
 
 
@@ -205,7 +215,8 @@ class ScheduleModel:
         """Per-device orders by start time (ops of a device never overlap, so no ties)."""
         rows: list[list[Op]] = [[] for _ in range(self.inst.devices)]
         for op in sorted(self.interval, key=lambda o: (starts[o], o.kind != Kind.I)):
-            rows[self.graph.device(op)].append(op)
+            if not self.graph.is_tail(op):  # optimizer steps: placed by the tail rule
+                rows[self.graph.device(op)].append(op)
         return rows
 
     def entries(self, solver: cp_model.CpSolver) -> list[list[Entry]]:
@@ -215,7 +226,8 @@ class ScheduleModel:
         inside |= {c.backward._replace(kind=Kind.W) for c in chosen if c.with_weight}
         jobs: list[tuple[int, bool, int, Entry]] = [
             (solver.value(self.start[op]), op.kind != Kind.I, self.graph.device(op), op)
-            for op in self.interval if op not in inside]
+            for op in self.interval
+            if op not in inside and not self.graph.is_tail(op)]  # optimizer steps: tail rule
         jobs += [(solver.value(c.start), False, self.graph.device(c.forward), c.entry)
                  for c in chosen]
         rows: list[list[Entry]] = [[] for _ in range(self.inst.devices)]
@@ -293,6 +305,7 @@ def build_model(
     symmetry: bool = True,
     redundant: bool = True,
     scale: TimeScale | None = None,
+    secondary: str | None = None,
 ) -> ScheduleModel:
     """Build the CP-SAT model (see the module docstring for the LNS-facing arguments).
 
@@ -301,6 +314,9 @@ def build_model(
     optimal schedule can be shifted to have no moment where nothing runs or travels).
     ``upper_bound``: objective <= this (e.g. the hint's value). ``symmetry``: microbatch order
     per (kind, stage) (valid, see bounds.py). ``redundant``: per-device work and analytic bounds.
+    ``secondary="memory"``: keep the objective <= ``upper_bound`` and minimize memory instead
+    (the peak of the fullest device relative to its limit, then the sum of peaks: the
+    tie-break of ``zbsolve.solver.ranking``), the solver's second phase.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
@@ -313,7 +329,13 @@ def build_model(
     b.precedences(order)
     if symmetry:
         b.microbatch_order()
+    if secondary not in (None, "memory"):
+        raise ValueError(f"secondary: expected None or 'memory', got {secondary!r}")
     b.devices(redundant, memory_model)
+    if b.graph.has_step:
+        b.step_tails(redundant)
+    if secondary == "memory":
+        b.memory_peaks()
     sm = b.objective(redundant, upper_bound)
     if hint:
         sm.add_hint(hint)
@@ -363,6 +385,7 @@ class _Builder:
         self.pairs: list[PairChoice] = []
         self.first: list[cp_model.IntVar] = []
         self.last: list[cp_model.IntVar] = []
+        self.peaks: list[cp_model.IntVar] | None = None  # per device, with ``memory_peaks``
 
     def end(self, op: Op):
         if op in self.end_var:
@@ -524,8 +547,56 @@ class _Builder:
             _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
                         memory_model)
 
+    def step_tails(self, redundant: bool) -> None:
+        """Ensures each device runs its optimizer steps one at a time after its last pipeline
+        op (the tail rule, ``zbsolve.graph``), and moves the device's end past them."""
+        model = self.model
+        for d in range(self.si.devices):
+            tail = list(self.graph.tail_ops(d))
+            pipeline_end = self.last[d]
+            for op in tail:
+                model.add(self.start[op] >= pipeline_end)
+            if len(tail) > 1:
+                model.add_no_overlap([self.interval[op] for op in tail])
+            e = model.new_int_var(0, self.horizon, f"step_end{d}")
+            model.add(e >= pipeline_end)
+            for op in tail:
+                model.add(e >= self.end(op))
+            if redundant:
+                model.add(e >= pipeline_end + sum(self.dur[op] for op in tail))
+            self.last[d] = e
+    def memory_peaks(self) -> None:
+        """Ensures ``peaks[d]`` bounds device d's memory (resident + live lifetimes) at every
+        instant, under its limit: a cumulative whose capacity is that variable."""
+        si, graph, model = self.si, self.graph, self.model
+        self.peaks, self.peak_tops = [], []
+        for d in range(si.devices):
+            intervals, demands = _lifetime_intervals(model, graph, d, self.start, self.end,
+                                                     self.dur, self.horizon)
+            resident = int(si.resident(d))
+            top = sum(demands) + resident
+            if si.limit[d] is not None:
+                top = min(top, int(si.limit[d]))
+            peak = model.new_int_var(resident, max(resident, top), f"peak{d}")
+            model.add_cumulative(intervals, demands, peak - resident)
+            self.peaks.append(peak)
+            self.peak_tops.append(max(resident, top))
+
+    def _memory_objective(self) -> cp_model.LinearExpr:
+        """Fullest device relative to its limit (to 1/FULLNESS_STEPS), then the sum of peaks;
+        a device without a limit is measured against its least possible need."""
+        si, model = self.si, self.model
+        need = min_memory_limit(si)
+        refs = [max(1, int(lim if lim is not None else n)) for lim, n in zip(si.limit, need)]
+        top = max(-(-FULLNESS_STEPS * t // r) for t, r in zip(self.peak_tops, refs))
+        z = model.new_int_var(0, top, "fullness")
+        for peak, ref in zip(self.peaks, refs):
+            model.add(ref * z >= FULLNESS_STEPS * peak)
+        return (sum(self.peak_tops) + 1) * z + sum(self.peaks)
+
     def objective(self, redundant: bool, upper_bound: int | None) -> ScheduleModel:
-        """Defines the objective (makespan, or longest device span) and minimizes it."""
+        """Defines the objective (makespan, or longest device span) and minimizes it (or, with
+        ``memory_peaks``, keeps it <= ``upper_bound`` and minimizes memory)."""
         si, model = self.si, self.model
         lb = int(math.ceil(analytic_bound(si, self.objective_name) - 1e-9)) if redundant else 0
         obj = model.new_int_var(lb, self.horizon, self.objective_name)
@@ -541,7 +612,7 @@ class _Builder:
             model.add_max_equality(obj, spans)
         if upper_bound is not None:
             model.add(obj <= int(upper_bound))
-        model.minimize(obj)
+        model.minimize(obj if self.peaks is None else self._memory_objective())
         return ScheduleModel(model, self.inst, si, self.graph, self.scale, self.objective_name,
                              self.horizon, self.start, self.interval, self.first, self.last,
                              obj, lb, {"ops": len(self.ops), "horizon": self.horizon,
@@ -587,44 +658,32 @@ def _add_memory(
             changes += [int(lt.amount), -int(lt.amount)]
         model.add_reservoir_constraint(times, changes, 0, cap)
         return
+    intervals, demands = _lifetime_intervals(model, graph, d, start, end, dur, horizon)
+    model.add_cumulative(intervals, demands, cap)
+
+
+def _lifetime_intervals(model: cp_model.CpModel, graph: TaskGraph, d: int,
+                        start: dict[Op, cp_model.IntVar], end, dur: dict[Op, int], horizon: int
+                        ) -> tuple[list[cp_model.IntervalVar], list[int]]:
+    """One interval per memory lifetime of device d (born at F's start, dead at I's, W's or
+    B's end: ``end(op)``, a variable where the op may run in a pair), with its amount."""
+    def at(op: Op, edge: int):
+        return start[op] if edge == START else end(op)
+
     intervals, demands = [], []
-    for lt in lifetimes:
+    for lt in graph.device_lifetimes(d):
         born, dies = at(lt.born, lt.born_at), at(lt.dies, lt.dies_at)
         min_size = dur[lt.born] if lt.born_at == START and not graph.overlap else 0
         size = model.new_int_var(min_size, horizon, f"life{lt.dies}")
         intervals.append(model.new_interval_var(born, size, dies, f"mem{lt.dies}"))
         demands.append(int(lt.amount))
-    model.add_cumulative(intervals, demands, cap)
-
-
-def in_flight_caps(inst: Instance, d: int) -> dict[int, int]:
-    """Per stage s of device d: L such that F(s, j+L) cannot start before I(s, j) has ended.
-
-    In microbatch order, if I(s, j) has not ended when F(s, j+L) starts, then for every
-    microbatch j..j+L the activations of s and of all lower stages of d are alive (their
-    forwards have started, their input backwards wait on I(s, .)), so the device holds at least
-    (L+1) * A_s, A_s = sum of activation[s'] over stages s' <= s of d. That exceeds the limit
-    for L = floor(limit / A_s). Only the stages where this leaves L < m are returned.
-    """
-    limit = inst.limit[d]
-    if (limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1
-            or inst.overlap is not None):
-        return {}  # the argument walks one chain of unsegmented solo units
-    limit -= inst.resident(d)
-    out = {}
-    stages = sorted(inst.stages_of(d))
-    for s in stages:
-        need = sum(inst.activation[t] for t in stages if t <= s)
-        cap = int(math.floor(limit / need + 1e-9))
-        if cap < inst.microbatches:
-            out[s] = cap
-    return out
+    return intervals, demands
 
 
 def _add_memory_precedences(model: cp_model.CpModel, si: Instance, d: int,
                             start: dict[Op, cp_model.IntVar], dur: dict[Op, int]) -> None:
     """Redundant precedences implied by memory (valid with the microbatch-order symmetry)."""
-    for s, cap in in_flight_caps(si, d).items():
-        for j in range(si.microbatches - cap):
-            i_op = Op(Kind.I, s, j)
-            model.add(start[Op(Kind.F, s, j + cap)] >= start[i_op] + dur[i_op])
+    for e in memory_edges(si, d):
+        for j in range(si.microbatches - e.lag):
+            src = Op(e.kind, e.source, j)
+            model.add(start[Op(Kind.F, e.stage, j + e.lag)] >= start[src] + dur[src])

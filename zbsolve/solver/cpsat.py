@@ -1,0 +1,38 @@
+"""One place that sets CP-SAT's parameters, for the exact model, the memory phase and LNS windows.
+
+Measured choices (docs/solver.md, "CP-SAT parameters"): ``num_workers`` and ``random_seed`` from
+the options; in deterministic mode the limit is ``max_deterministic_time`` and the workers are
+interleaved (``interleave_search``), which makes the search independent of thread timing, so the
+same model, seed and limit give the same answer on any machine. ``SolveOptions.cp_params``
+passes any other parameter through (a list value extends a repeated field, e.g. subsolvers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+MIN_SECONDS = 1e-3
+
+
+def new_solver(seconds: float, *, workers: int, seed: int, deterministic: bool = False,
+               gap: float = 0.0, extra: dict[str, Any] | None = None) -> cp_model.CpSolver:
+    """A CpSolver limited to ``seconds`` (wall, or deterministic seconds when
+    ``deterministic``)."""
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.num_workers = workers
+    prm.random_seed = seed
+    prm.relative_gap_limit = gap
+    if deterministic:
+        prm.max_deterministic_time = max(seconds, MIN_SECONDS)
+        prm.interleave_search = True
+    else:
+        prm.max_time_in_seconds = max(seconds, MIN_SECONDS)
+    for key, value in (extra or {}).items():
+        if isinstance(value, list):
+            getattr(prm, key).extend(value)
+        else:
+            setattr(prm, key, value)
+    return solver
