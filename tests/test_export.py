@@ -36,10 +36,11 @@ DUALPIPEV_INST = ROOT / "instances" / "torch-dualpipev-p4-m10.yaml"
 
 
 def _inst(p: int, m: int, v: int = 1, placement: str = "loop", comm: float = 0.3,
-          replicas: int = 1, **times):
+          replicas: int = 1, segments: int = 1, **times):
     return load_instance({
-        "name": f"t-p{p}-m{m}-v{v}-{placement}-r{replicas}", "devices": p, "microbatches": m,
-        "chunks": v, "placement": placement, "comm": comm, "replicas": replicas,
+        "name": f"t-p{p}-m{m}-v{v}-{placement}-r{replicas}-k{segments}", "devices": p,
+        "microbatches": m, "chunks": v, "placement": placement, "comm": comm,
+        "replicas": replicas, "segments": segments,
         "times": {"F": times.get("F", 1.0), "I": times.get("I", 1.2), "W": times.get("W", 0.7)},
         "memory": {"activation": 1.0, "weight": 0.4},
     })
@@ -57,6 +58,7 @@ INSTANCES = [
     load_instance({**_inst(4, 8).to_dict(), "name": "t-p4-m8-modes",
                    "recompute": {"R": 1.0, "kept": 0.1}, "offload": {"d2h": 0.3},
                    "memory": {"activation": 1.0, "weight": 0.4, "limit": 3.5}}),
+    _inst(3, 4, segments=2),  # the seq1f1b families (they refuse one segment)
 ]
 
 
@@ -95,9 +97,10 @@ def test_every_family_lowers_to_a_deadlock_free_table(inst, sched, fuse):
     assert [r.mode for r in reports] == ["blocking", "batched"]
     n_transfers = sum(a.is_send for row in table.actions for a in row)
     assert all(r.transfers == n_transfers for r in reports)
-    # exactly one SEND/RECV per cross-rank hand-off, none between stages of one rank
+    # exactly one SEND/RECV per cross-rank hand-off (per sequence segment), none between stages
+    # of one rank
     S, R = inst.model_stages, inst.replicas
-    expected = inst.microbatches // R * sum(
+    expected = inst.microbatches // R * inst.segments * sum(
         2 for r in range(R) for s in range(r * S, r * S + S - 1)
         if inst.placement[s] != inst.placement[s + 1])
     assert n_transfers == expected
@@ -317,10 +320,11 @@ def test_torch_csv_round_trip(inst, sched, tmp_path):
     path = tmp_path / f"{sched.name}.csv"
     if _refuses_modes(inst, sched, path):
         return
-    rows = write_torch_csv(inst, sched, path, extended=inst.replicas > 1)
+    extended = inst.replicas > 1 or inst.segments > 1
+    rows = write_torch_csv(inst, sched, path, extended=extended)
     assert rows == [[str(op) for op in order] for order in sched.orders]
     assert read_torch_csv(path).orders == sched.orders
-    if inst.replicas > 1:
+    if extended:
         return  # comms are torch's form only
     comms = tmp_path / "comms.csv"
     write_torch_csv(inst, sched, comms, comms=True)
@@ -343,6 +347,11 @@ def test_torch_parses_our_csv_to_the_same_actions(inst, sched, tmp_path):
         return
     if inst.replicas > 1:  # torch's runtime has one last stage: refused with the reason
         with pytest.raises(TorchCSVError, match="cannot run two replicas"):
+            write_torch_csv(inst, sched, path)
+        assert not path.exists()
+        return
+    if inst.segments > 1:  # torch's CSV has no segment index: refused with the reason
+        with pytest.raises(TorchCSVError, match="has no segment index"):
             write_torch_csv(inst, sched, path)
         assert not path.exists()
         return

@@ -7,10 +7,8 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.xfail(strict=True, reason="solver/api.py SolveOptions.check accepts a seed above "
-                   "CP-SAT's 32-bit range; the library call then fails inside CP-SAT "
-                   "(the CLI refuses --seed 2147483648 itself)")
 def test_solve_options_refuse_a_seed_cp_sat_cannot_take():
+    """(Was a strict xfail: SolveOptions.check now refuses what CP-SAT cannot take.)"""
     from zbsolve.solver import SolveOptions
 
     with pytest.raises(ValueError, match="seed"):

@@ -7,6 +7,7 @@ as a terminal does on Ctrl-C.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -82,9 +83,10 @@ def test_ctrl_c_stops_everything_and_keeps_only_finished_cases(tmp_path, jobs):
     entries = [json.loads(p.read_text()) for p in (out / "cache").glob("*.json")]
     assert [e["row"]["limit"] for e in entries] == [3.0]
     assert not list((out / "cache").glob(".*"))  # no temporary file left behind
-    solver_rows = [line for line in (out / "pareto.csv").read_text().splitlines()
-                   if ",solver," in line]
-    assert len(solver_rows) == 1 and solver_rows[0].startswith("c1,1,loop,,3,")
+    solver_rows = [r for r in csv.DictReader((out / "pareto.csv").open())
+                   if r["source"] == "solver"]
+    assert [(r["layout"], r["chunks"], r["placement"], r["limit"]) for r in solver_rows] == [
+        ("c1", "1", "loop", "3")]
     for mark in marks.glob("running-*"):  # the worker that was solving is gone
         pid = int(mark.name.split("-")[1])
         _wait_for(lambda pid=pid: not _alive(pid), 10, f"worker {pid} to exit")

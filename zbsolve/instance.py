@@ -32,6 +32,7 @@ from zbsolve.segments import (
     resolve_lengths,
     split,
 )
+from zbsolve.step import StepError, StepSpec, parse_step
 from zbsolve.units import SizeError, check_unit, convert, parse_size
 
 PLACEMENTS = ("loop", "v")
@@ -39,6 +40,7 @@ INSTANCE_SUFFIXES = (".yaml", ".yml", ".json")
 _TOP_KEYS = {
     "name", "devices", "microbatches", "chunks", "placement", "times", "comm", "memory",
     "replicas", "sync", "overlap", "recompute", "offload",
+    "step",  # zbsolve.step: optimizer, reductions and the global check after the last W
     "segments", "segment_lengths", "segment_costs", "segment_model",  # zbsolve.segments
     # optional, free-form extras that travel with the instance but change nothing
     "description", "source", "meta",
@@ -92,6 +94,7 @@ class Instance:
     memory_unit: str | None = None  # the unit of every memory figure (None: unnamed)
     recompute: Recompute | None = None  # memory mode recompute offered (zbsolve.modes)
     offload: Offload | None = None  # memory mode offload offered
+    step: StepSpec = StepSpec()  # the step boundary (zbsolve.step); default mode none
     # Sequence segments (zbsolve.segments): the per-stage fields above stay whole-microbatch
     # figures; the seg_* tables give each segment's share (table[stage][seg], sums = the
     # per-stage value). Empty tables: split by segment length (one segment: the value itself).
@@ -370,6 +373,8 @@ class Instance:
             data["recompute"] = self.recompute.to_dict(compact)
         if self.offload is not None:
             data["offload"] = self.offload.to_dict(compact)
+        if self.step.given:
+            data["step"] = self.step.to_dict(S)
         if self.segments > 1:
             data["times"] = {k: _segment_rows(self, k) for k in ("F", "I", "W")}
             data["memory"].update({k: _segment_rows(self, k) for k in ("activation", "weight")})
@@ -659,6 +664,7 @@ def _parse(data: dict[str, Any]) -> Instance:
         raise InstanceError("recompute/offload: memory modes with sequence segments "
                             "(segments > 1) are not supported yet (issue 13); drop the "
                             "segments or the recompute/offload fields")
+    step = _step(data.get("step"), S, replicas)
 
     extra = {k: data[k] for k in ("description", "source", "meta") if k in data}
     problems = json_data_errors(extra, "")
@@ -677,7 +683,7 @@ def _parse(data: dict[str, Any]) -> Instance:
         params=rep(params), sync=rep(sync), overlap=overlap, memory_unit=memory_unit,
         segments=seg.count, segment_lengths=seg.lengths, segment_rule=seg.rule,
         segment_costs=seg.costs, segment_model=seg.model, seg_F=rep(seg_F), seg_I=rep(seg_I),
-        seg_W=rep(seg_W), seg_activation=rep(seg_act), seg_weight=rep(seg_wgt),
+        seg_W=rep(seg_W), seg_activation=rep(seg_act), seg_weight=rep(seg_wgt), step=step,
         recompute=_replicated(recompute, replicas), offload=_replicated(offload, replicas),
         extra=extra,
     )
@@ -771,6 +777,11 @@ def _offload(raw: Any, S: int) -> Offload | None:
                             f"(one per direction), got {streams!r}")
     return Offload(fraction, d2h, h2d, streams)
 
+def _step(raw: Any, model_stages: int, replicas: int) -> StepSpec:
+    try:
+        return parse_step(raw, model_stages, replicas)
+    except StepError as exc:
+        raise InstanceError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------- segments

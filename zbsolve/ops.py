@@ -35,6 +35,11 @@ class Kind(StrEnum):
     O = "O"  # copy out: the activation to host memory, on the device's copy stream (offload)
     L = "L"  # load back: the activation from host memory before the backward (offload)
     SYNC = "SYNC"  # all-reduce of one model stage's weight gradients between its replicas
+    # The step boundary (zbsolve.step; the jobs and their rules are zbsolve.graph's):
+    AR = "AR"  # data-parallel gradient reduction of one model stage
+    CHECK = "CHECK"  # the global norm/NaN reduction every stage waits for (step mode sync)
+    NORM = "NORM"  # partial norm/NaN state of a stage and those after it (post-validation)
+    OPT = "OPT"  # the optimizer step of one stage, on the stage's device
 
 
 MICROBATCH_KINDS = (Kind.F, Kind.I, Kind.W, Kind.B, Kind.R, Kind.RS, Kind.O, Kind.L)
@@ -46,7 +51,9 @@ MODE_KINDS = (Kind.R, Kind.RS, Kind.O, Kind.L)
 """The kinds a unit's memory mode adds (``zbsolve.modes``): compute R / RS, copies O / L."""
 
 _OP_RE = re.compile(r"(\d+)(RS|[FIWBROL])(\d+)(?:\.(\d+))?")
-_STEP_RE = re.compile(r"(\d+)(SYNC)")
+_STEP_RE = re.compile(r"(\d+)(SYNC|AR|NORM|OPT)")
+STEP_BOUNDARY_KINDS = frozenset(k.value for k in (Kind.AR, Kind.CHECK, Kind.NORM, Kind.OPT))
+"""The step boundary's kinds (``zbsolve.step``)."""
 _PAIR_RE = re.compile(r"\(([^();]+);([^();]+)\)")
 
 
@@ -59,7 +66,7 @@ class Op(NamedTuple):
 
     def __str__(self) -> str:
         if self.mb < 0:
-            return f"{self.stage}{self.kind}"
+            return f"{self.stage}{self.kind}" if self.stage >= 0 else self.kind
         return f"{self.stage}{self.kind}{self.mb}" + (f".{self.seg}" if self.seg else "")
 
     @property
@@ -117,6 +124,8 @@ def parse_op(token: str) -> Op:
         return Op(match[2], int(match[1]), int(match[3]), int(match[4] or 0))
     if match := _STEP_RE.fullmatch(text):
         return Op(match[2], int(match[1]), -1)
+    if text == Kind.CHECK:
+        return Op(Kind.CHECK.value, -1, -1)
     raise ValueError(
         f"bad op token {token!r}: expected <stage><F|I|W|B|R|RS|O|L><microbatch>[.<segment>], "
         "e.g. '3F12'"

@@ -160,7 +160,8 @@ def static_errors(table: ExecutorTable) -> list[str]:
             peers[send_key] = (r, s)
             recv = pos_of.get(need)
             if recv is None:
-                errors.append(f"{here}: needs {need[1]}{need[0]}{mb} from rank {where[0]} "
+                token = f"{s}{need[0]}{mb}" + (f".{seg}" if seg else "")  # Action.token's form
+                errors.append(f"{here}: needs {token} from rank {where[0]} "
                               "but the rank has no such RECV")
             elif recv[1] > i:
                 errors.append(f"{here}: its RECV is at position {recv[1]}, after it")
