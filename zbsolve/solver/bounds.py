@@ -132,7 +132,8 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
             or inst.overlap is not None):
         # The argument walks one chain of unsegmented solo units: with replicas a device's
         # stages do not share microbatches, with segments a unit's memory is split over ops,
-        # and a pair's forward starts with a backward that has not ended.
+        # and a pair's forward starts with a backward that has not ended (the count at the
+        # forward's start was not redone for pair timing).
         return []
     limit -= inst.resident(d)
     m = inst.microbatches
