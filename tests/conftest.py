@@ -46,7 +46,7 @@ def random_valid_schedule(inst: Instance, rng: random.Random, fuse_prob: float =
     while ready:
         op = ready.pop(rng.randrange(len(ready)))
         d = graph.device(op)
-        if d is not None:
+        if d is not None and not graph.is_tail(op):  # optimizer steps: the tail rule's
             orders[d].append(op)
         for nxt, _ in graph.succs(op):
             indeg[nxt] -= 1

@@ -21,6 +21,7 @@ Dependencies (chain of one replica: stages base .. base+S-1; "bw" = I or B by fo
   bw(s, j, g) <- bw(s+1, j, g) [hand-off]  and bw(s, j, g+1) [gradients of later segments]
   W(s, j, g)  <- I(s, j, g)
   SYNC(s)     <- W or B of every unit of both copies of model stage s (replicas = 2 only)
+  (the step boundary's jobs, when ``inst.step.mode`` is not none: see below)
 A hand-off between stages of different devices waits ``comm``; everything else waits 0.
 Segments (g) are 0 .. segments-1; with one segment the segment edges vanish.
 
@@ -39,6 +40,41 @@ Jobs
 A device runs jobs in order: an op, or an overlapped pair (``ops.Pair``: a forward and a
 backward of different microbatches and stages of the device, allowed by ``overlap``, lasting
 x times their sum). A SYNC job runs on no device: it starts as soon as its inputs are done.
+
+The step boundary
+-----------------
+With ``inst.step.mode`` sync or post-validation (``zbsolve.step``; none adds nothing, so every
+published figure stays as it is) the step ends with these jobs (s: model stage, t: graph stage):
+  AR(s)      <- SYNC(s) with replicas, else the W or B of every unit of s   [implicit]
+  sync:            CHECK <- every AR(s)   [implicit]       OPT(t) <- CHECK
+  post-validation: NORM(t) <- AR(t mod S) and NORM(t-1) [hand-off] along t's chain, from its
+                   first stage to its last   [implicit]    OPT(t) <- AR(t mod S)
+Durations: AR = ``allreduce``, CHECK = ``check``, OPT = ``optimizer``, NORM = 0 (adding two
+numbers; the hop between devices costs ``comm``).
+
+Which jobs occupy a device. The reductions (AR, CHECK) and the partial-state hops (NORM) are
+communication: they run on no device's compute, as SYNC, and start when their inputs are done.
+The optimizer step is compute on the stage's device, and it is placed by one rule every layer
+shares (the *tail rule*), so schedules, files, executor tables and the hand-made generators list
+the pipeline's jobs only: **a device runs its OPT jobs after the last job of its order, earliest
+ready first (ties: lower stage first)**. Nothing waits for an OPT, so the order among them only
+decides when the device ends, and earliest-ready-first is optimal for that on one device (the
+CP-SAT model lets them float in a NoOverlap after the device's last job and reaches the same
+end). With one stage per device the rule is exactly "right after the stage's last W"; with
+several, a stage whose W end early still steps after the device's other stages' W (a free
+placement could fill an idle gap with it; the rule keeps every file format unchanged).
+
+What post-validation puts on the critical path. Each stage steps speculatively after its own
+reduction and waits for nobody. The partial norm/NaN state travels along the pipeline from the
+first stage to the last (the paper's direction, and the order in which the stages of the
+parallelogram schedules it exists for finish), so the last stage holds the global state at
+NORM(last). From there the verdict returns to the earlier stages during the next step's
+warm-up; a stage needs it only before its next optimizer step (a rollback, rare, also redoes
+what ran on the speculative weights; not priced). So the step is over, and known good, when
+every OPT and NORM(last) have ended: NORM(last) is in the makespan, and in no device's span
+(no device waits for it in this step); the return trip is in the next step's warm-up, off the
+critical path. (``zbsolve.runtime`` waits for the verdict at the end of the step instead, so its
+measured post-validation step also holds that return trip: S-1 hops of a two-number message.)
 """
 
 from __future__ import annotations
@@ -56,6 +92,10 @@ START, END = 0, 1
 # The kinds as plain strings: the simulator and the schedulers call ``preds`` / ``succs`` for
 # every op, and an enum member's attribute lookup costs four times a string comparison there.
 F, I, W, B, SYNC = (k.value for k in (Kind.F, Kind.I, Kind.W, Kind.B, Kind.SYNC))  # noqa: E741
+AR, CHECK, NORM, OPT = (k.value for k in (Kind.AR, Kind.CHECK, Kind.NORM, Kind.OPT))
+_NO_DEVICE = frozenset((SYNC, AR, CHECK, NORM))  # implicit kinds: no device runs them
+_STEP_KINDS = frozenset((AR, CHECK, NORM, OPT))  # the step boundary's (durations from inst.step)
+GLOBAL_CHECK = Op(CHECK, -1, -1)
 
 
 class Lifetime(NamedTuple):
@@ -95,6 +135,10 @@ class TaskGraph:
         self.last = tuple(f + S - 1 for f in self.first)
         self.segments = getattr(inst, "segments", 1)
         self.has_sync = inst.replicas > 1
+        step = getattr(inst, "step", None)
+        self.step_mode = step.mode if step is not None else "none"
+        self.has_step = self.step_mode != "none"
+        self.has_implicit = self.has_sync or self.has_step
         self.split = not self.all_fused and not self.fused  # every unit split: the fast path
         n = inst.stages
         self._down = tuple(inst.hop(s - 1, s) if s > 0 else 0.0 for s in range(n))  # s-1 -> s
@@ -145,16 +189,41 @@ class TaskGraph:
                     yield (s, j, g)
 
     def ops(self) -> Iterator[Op]:
-        """Every op of this form: the device ops, then the implicit ones (SYNC)."""
+        """Every op of this form: the device ops, the implicit ones (SYNC, the step's
+        reductions), then the tail ops (the step's optimizer steps)."""
         for unit in self.units():
             yield from self.unit_ops(*unit)
         yield from self.implicit_ops()
+        yield from self.tail_ops()
 
     def implicit_ops(self) -> Iterator[Op]:
-        """Ops no device runs (the simulator starts them when their inputs are done)."""
+        """Ops no device runs (the simulator starts them when their inputs are done), in a
+        topological order."""
         if self.has_sync:
             for s in range(self.inst.model_stages):
                 yield Op(Kind.SYNC, s, -1)
+        if self.has_step:
+            yield from self._step_implicit_ops()
+
+    def _step_implicit_ops(self) -> Iterator[Op]:
+        S = self.inst.model_stages
+        for s in range(S):
+            yield Op(AR, s, -1)
+        if self.step_mode == "sync":
+            yield GLOBAL_CHECK
+            return
+        for base in range(0, self.inst.stages, S):  # each replica's chain, first stage first
+            for t in range(base, base + S):
+                yield Op(NORM, t, -1)
+
+    def tail_ops(self, device: int | None = None) -> Iterator[Op]:
+        """The step's optimizer steps (of ``device``, or of all): device jobs that no schedule
+        lists; every device runs its own after its order (the tail rule, module docstring)."""
+        if not self.has_step:
+            return
+        stages = range(self.inst.stages) if device is None else self.inst.stages_of(device)
+        for t in stages:
+            yield Op(OPT, t, -1)
 
     def device_ops(self, device: int) -> Iterator[Op]:
         for s in self.inst.stages_of(device):
@@ -178,6 +247,7 @@ class TaskGraph:
                     order += self.unit_ops(s, j, g)[1:]
         if implicit:
             order += self.implicit_ops()
+            order += self.tail_ops()
         return order
 
     def count(self) -> int:
@@ -185,7 +255,11 @@ class TaskGraph:
         inst = self.inst
         units = inst.stages * (inst.microbatches // inst.replicas) * self.segments
         fused = units if self.all_fused else len(self.fused)
-        return 3 * units - fused + (inst.model_stages if self.has_sync else 0)
+        step = 0
+        if self.has_step:  # AR per model stage, CHECK or NORM per stage, OPT per stage
+            checks = 1 if self.step_mode == "sync" else inst.stages
+            step = inst.model_stages + checks + inst.stages
+        return 3 * units - fused + (inst.model_stages if self.has_sync else 0) + step
 
     def exists(self, op: Op) -> bool:
         """Whether ``op`` is an op of this graph (kind, stage, microbatch, segment and form)."""
@@ -193,6 +267,8 @@ class TaskGraph:
         if op.kind == Kind.SYNC:
             return self.has_sync and 0 <= op.stage < inst.model_stages and op.mb == -1 \
                 and op.seg == 0
+        if op.kind in _STEP_KINDS:
+            return self.has_step and op in set(self.implicit_ops()) | set(self.tail_ops())
         if op.kind not in (Kind.F, Kind.I, Kind.W, Kind.B):
             return False
         if not (0 <= op.stage < inst.stages and 0 <= op.seg < self.segments):
@@ -206,18 +282,33 @@ class TaskGraph:
     # ------------------------------------------------------------------ per op
     def device(self, op: Op) -> int | None:
         """The device that runs ``op`` (None for implicit ops)."""
-        return None if op[0] == SYNC else self.inst.placement[op[1]]
+        return None if op[0] in _NO_DEVICE else self.inst.placement[op[1]]
 
     def duration(self, op: Op) -> float:
-        """The op's time: its segment's share of its stage's F, I, W or B (``Instance``)."""
+        """The op's time: its segment's share of its stage's F, I, W or B (``Instance``); a step
+        job's from ``inst.step``."""
+        if op[0] in _STEP_KINDS:
+            return self._step_duration(op)
         return self.inst.duration(op[0], op[1], op[3])
+
+    def _step_duration(self, op: Op) -> float:
+        step, kind = self.inst.step, op[0]
+        if kind == OPT:
+            return step.opt_time(op[1])
+        if kind == AR:
+            return step.reduce_time(op[1])
+        return step.check if kind == CHECK else 0.0  # NORM: the hop is the edge's delay
+
+    def is_tail(self, op: Op) -> bool:
+        """Whether ``op`` is a tail op (an optimizer step, placed by the tail rule)."""
+        return op[0] == OPT
 
     def min_duration(self, op: Op) -> float:
         """A lower bound on the time from ``op``'s start to its end in any job: its duration,
         or x times it where it may run in an overlapped pair of factor x (the pair lasts
         x (F + B) >= x F, and its backward ends with it). Bounds use this, so they stay valid
         when the solver may pair ops."""
-        if op[0] == SYNC:
+        if op[0] == SYNC or op[0] in _STEP_KINDS:  # never in a pair
             return self.duration(op)
         fx, bx = self._min_x
         return self.duration(op) * (fx if op[0] == F else bx)[op[1]]
@@ -280,7 +371,47 @@ class TaskGraph:
             S = self.inst.model_stages
             return [(self.last_op(t, mb, seg), 0.0) for t in (s, s + S)
                     for mb in self.inst.microbatches_of(t) for seg in range(self.segments)]
+        if kind in _STEP_KINDS:
+            return self._step_preds(op)
         raise ValueError(f"unknown op kind {kind!r} in {op}")
+
+    def _step_preds(self, op: Op) -> list[tuple[Op, float]]:
+        kind, s = op[0], op[1]
+        S = self.inst.model_stages
+        if kind == AR:
+            if self.has_sync:
+                return [(Op(SYNC, s, -1), 0.0)]
+            return [(self.last_op(s, mb, seg), 0.0) for mb in self.inst.microbatches_of(s)
+                    for seg in range(self.segments)]
+        if kind == CHECK:
+            return [(Op(AR, t, -1), 0.0) for t in range(S)]
+        if kind == NORM:
+            out = [(Op(AR, s % S, -1), 0.0)]
+            if s != self.first[s]:
+                out.append((Op(NORM, s - 1, -1), self._down[s]))
+            return out
+        if self.step_mode == "sync":  # OPT
+            return [(GLOBAL_CHECK, 0.0)]
+        return [(Op(AR, s % S, -1), 0.0)]
+
+    def _step_succs(self, op: Op) -> list[tuple[Op, float]]:
+        kind, s = op[0], op[1]
+        S, n = self.inst.model_stages, self.inst.stages
+        if kind == AR:
+            copies = range(s, n, S)
+            if self.step_mode == "sync":
+                return [(GLOBAL_CHECK, 0.0)]
+            return [(Op(NORM, t, -1), 0.0) for t in copies] + [(Op(OPT, t, -1), 0.0)
+                                                                 for t in copies]
+        if kind == CHECK:
+            return [(Op(OPT, t, -1), 0.0) for t in range(n)]
+        if kind == NORM and s != self.last[s]:
+            return [(Op(NORM, s + 1, -1), self._down[s + 1])]
+        return []
+
+    def _reduce_op(self, stage: int) -> Op:
+        """What a unit's last op of ``stage`` feeds at the step's end: SYNC, else AR."""
+        return self.sync_op(stage) if self.has_sync else Op(AR, stage, -1)
 
     def succs(self, op: Op) -> list[tuple[Op, float]]:
         """Direct successors of ``op`` with their hand-off delays (the mirror of ``preds``)."""
@@ -301,18 +432,25 @@ class TaskGraph:
                 out.append((self.backward(s, j, g - 1), 0.0))
             if kind == I:
                 out.append((Op(W, s, j, g), 0.0))
-            elif self.has_sync:
-                out.append((self.sync_op(s), 0.0))
+            elif self.has_implicit:
+                out.append((self._reduce_op(s), 0.0))
             return out
         if kind == W:
-            return [(self.sync_op(s), 0.0)] if self.has_sync else []
+            return [(self._reduce_op(s), 0.0)] if self.has_implicit else []
+        if kind == SYNC:
+            return [(Op(AR, s, -1), 0.0)] if self.has_step else []
+        if kind in _STEP_KINDS:
+            return self._step_succs(op)
         return []
 
     def implicit_successors(self, op: Op) -> list[Op]:
         """The implicit ops that wait for ``op`` (cheap: the simulator asks after every op)."""
-        if self.has_sync and (op[0] == W or op[0] == B):
-            return [self.sync_op(op.stage)]
-        return []
+        kind = op[0]
+        if not self.has_implicit or kind == F or kind == I:
+            return []
+        if kind == W or kind == B:
+            return [self._reduce_op(op.stage)]
+        return [q for q, _ in self.succs(op) if q[0] in _NO_DEVICE]
 
     def sync_op(self, stage: int) -> Op:
         return Op(Kind.SYNC, stage % self.inst.model_stages, -1)
@@ -321,7 +459,7 @@ class TaskGraph:
         """The outputs of ``op`` that travel to another device (P2P messages)."""
         d = self.device(op)
         return [Handoff(op, nxt, delay) for nxt, delay in self.succs(op)
-                if nxt.kind != Kind.SYNC and self.device(nxt) != d]
+                if self.device(nxt) not in (None, d)]
 
     def receives(self, op: Op) -> list[Handoff]:
         """The inputs of ``op`` that come from another device."""
@@ -329,7 +467,7 @@ class TaskGraph:
         if d is None:
             return []
         return [Handoff(prev, op, delay) for prev, delay in self.preds(op)
-                if self.device(prev) != d]
+                if self.device(prev) not in (None, d)]
 
     def same_class_prev(self, op: Op) -> Op | None:
         """The op of the previous interchangeable microbatch (same kind, stage and segment):

@@ -31,6 +31,7 @@ from zbsolve.segments import (
     resolve_lengths,
     split,
 )
+from zbsolve.step import StepError, StepSpec, parse_step
 from zbsolve.units import SizeError, check_unit, convert, parse_size
 
 PLACEMENTS = ("loop", "v")
@@ -38,6 +39,7 @@ INSTANCE_SUFFIXES = (".yaml", ".yml", ".json")
 _TOP_KEYS = {
     "name", "devices", "microbatches", "chunks", "placement", "times", "comm", "memory",
     "replicas", "sync", "overlap",
+    "step",  # zbsolve.step: optimizer, reductions and the global check after the last W
     "segments", "segment_lengths", "segment_costs", "segment_model",  # zbsolve.segments
     # optional, free-form extras that travel with the instance but change nothing
     "description", "source", "meta",
@@ -86,6 +88,7 @@ class Instance:
     sync: tuple[float, ...] = ()  # per stage: the replicas' gradient all-reduce (replicas = 2)
     overlap: tuple[tuple[int, int, float], ...] | float | None = None  # F&B factor (see graph)
     memory_unit: str | None = None  # the unit of every memory figure (None: unnamed)
+    step: StepSpec = StepSpec()  # the step boundary (zbsolve.step); default mode none
     # Sequence segments (zbsolve.segments): the per-stage fields above stay whole-microbatch
     # figures; the seg_* tables give each segment's share (table[stage][seg], sums = the
     # per-stage value). Empty tables: split by segment length (one segment: the value itself).
@@ -308,6 +311,8 @@ class Instance:
         if self.overlap is not None:
             data["overlap"] = {"FB": self.overlap if isinstance(self.overlap, float)
                                else [list(t) for t in self.overlap]}
+        if self.step.given:
+            data["step"] = self.step.to_dict(S)
         if self.segments > 1:
             data["times"] = {k: _segment_rows(self, k) for k in ("F", "I", "W")}
             data["memory"].update({k: _segment_rows(self, k) for k in ("activation", "weight")})
@@ -591,6 +596,7 @@ def _parse(data: dict[str, Any]) -> Instance:
     sync = _per(data.get("sync", 0.0), S, "sync", "logical stage", positive=False)
     _check_range("sync", sync, zero_ok=True)
     overlap = _overlap(data.get("overlap"), S * replicas)
+    step = _step(data.get("step"), S, replicas)
 
     extra = {k: data[k] for k in ("description", "source", "meta") if k in data}
     problems = json_data_errors(extra, "")
@@ -609,8 +615,16 @@ def _parse(data: dict[str, Any]) -> Instance:
         params=rep(params), sync=rep(sync), overlap=overlap, memory_unit=memory_unit,
         segments=seg.count, segment_lengths=seg.lengths, segment_rule=seg.rule,
         segment_costs=seg.costs, segment_model=seg.model, seg_F=rep(seg_F), seg_I=rep(seg_I),
-        seg_W=rep(seg_W), seg_activation=rep(seg_act), seg_weight=rep(seg_wgt), extra=extra,
+        seg_W=rep(seg_W), seg_activation=rep(seg_act), seg_weight=rep(seg_wgt), step=step,
+        extra=extra,
     )
+
+
+def _step(raw: Any, model_stages: int, replicas: int) -> StepSpec:
+    try:
+        return parse_step(raw, model_stages, replicas)
+    except StepError as exc:
+        raise InstanceError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------- segments

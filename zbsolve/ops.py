@@ -29,6 +29,11 @@ class Kind(StrEnum):
     W = "W"  # backward for weights
     B = "B"  # fused full backward: I then W as one op, its input gradient leaves when it ends
     SYNC = "SYNC"  # all-reduce of one model stage's weight gradients between its replicas
+    # The step boundary (zbsolve.step; the jobs and their rules are zbsolve.graph's):
+    AR = "AR"  # data-parallel gradient reduction of one model stage
+    CHECK = "CHECK"  # the global norm/NaN reduction every stage waits for (step mode sync)
+    NORM = "NORM"  # partial norm/NaN state of a stage and those after it (post-validation)
+    OPT = "OPT"  # the optimizer step of one stage, on the stage's device
 
 
 MICROBATCH_KINDS = (Kind.F, Kind.I, Kind.W, Kind.B)
@@ -38,7 +43,9 @@ KINDS = tuple(k.value for k in MICROBATCH_KINDS)
 BACKWARD_KINDS = (Kind.I, Kind.B)  # the ops that produce a stage's input gradient
 
 _OP_RE = re.compile(r"(\d+)([FIWB])(\d+)(?:\.(\d+))?")
-_STEP_RE = re.compile(r"(\d+)(SYNC)")
+_STEP_RE = re.compile(r"(\d+)(SYNC|AR|NORM|OPT)")
+STEP_BOUNDARY_KINDS = frozenset(k.value for k in (Kind.AR, Kind.CHECK, Kind.NORM, Kind.OPT))
+"""The step boundary's kinds (``zbsolve.step``)."""
 _PAIR_RE = re.compile(r"\(([^();]+);([^();]+)\)")
 
 
@@ -51,7 +58,7 @@ class Op(NamedTuple):
 
     def __str__(self) -> str:
         if self.mb < 0:
-            return f"{self.stage}{self.kind}"
+            return f"{self.stage}{self.kind}" if self.stage >= 0 else self.kind
         return f"{self.stage}{self.kind}{self.mb}" + (f".{self.seg}" if self.seg else "")
 
     @property
@@ -109,6 +116,8 @@ def parse_op(token: str) -> Op:
         return Op(match[2], int(match[1]), int(match[3]), int(match[4] or 0))
     if match := _STEP_RE.fullmatch(text):
         return Op(match[2], int(match[1]), -1)
+    if text == Kind.CHECK:
+        return Op(Kind.CHECK.value, -1, -1)
     raise ValueError(
         f"bad op token {token!r}: expected <stage><F|I|W|B><microbatch>[.<segment>], e.g. '3F12'"
     )

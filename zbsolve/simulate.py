@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from zbsolve.graph import START, TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.numeric import REL_TOL, exceeds
-from zbsolve.ops import Kind, Op, Pair, ops_of
+from zbsolve.ops import STEP_BOUNDARY_KINDS, Kind, Op, Pair, ops_of
 from zbsolve.schedule import Schedule
 
 OBJECTIVES = ("makespan", "span")
@@ -51,6 +51,8 @@ class SimResult:
     memory_curve: list[list[tuple[float, float]]]  # per device: (time, memory after the event)
     limit: list[float | None]
     violations: list[str] = field(default_factory=list)
+    step_mode: str = "none"  # the step boundary (zbsolve.step) these figures include
+    pipeline_end: float | None = None  # end of the last F/I/W/B (= makespan in mode none)
 
     @property
     def feasible(self) -> bool:
@@ -79,7 +81,14 @@ class SimResult:
             "memory_limit": self.limit,
             "feasible": self.feasible,
             "idle": self.idle,
+            **({"step": self.step_summary()} if self.step_mode != "none" else {}),
         }
+
+    def step_summary(self) -> dict:
+        """The step boundary's share: makespan and spans include it, ``pipeline_end`` does not."""
+        pipeline = self.makespan if self.pipeline_end is None else self.pipeline_end
+        return {"mode": self.step_mode, "pipeline_end": pipeline,
+                "boundary": self.makespan - pipeline}
 
 
 def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
@@ -112,6 +121,11 @@ def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
                     if kind == Kind.SYNC:
                         raise ScheduleError(f"device {d}: {op} is the replicas' all-reduce; it "
                                             "runs on no device, so schedules do not list it")
+                    if kind in STEP_BOUNDARY_KINDS:
+                        raise ScheduleError(
+                            f"device {d}: {op} is a step-boundary job; schedules do not list "
+                            "them (reductions run on no device, every device runs its optimizer "
+                            "steps after its last job: zbsolve.graph, the tail rule)")
                     raise ScheduleError(f"device {d}: {op} is not an op kind a device runs")
                 if not (0 <= s < n and 0 <= j < m and 0 <= g < segs):
                     raise ScheduleError(
@@ -136,9 +150,11 @@ def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
                       and (op._replace(kind="I") in seen or op._replace(kind="W") in seen))
         if both:
             raise ScheduleError(f"backward run both fused (B) and split (I/W): {_few(both)}")
-    expected = graph.count() - sum(1 for _ in graph.implicit_ops())
+    expected = graph.count() - sum(1 for _ in graph.implicit_ops()) \
+        - sum(1 for _ in graph.tail_ops())
     if len(seen) != expected:
-        missing = [str(op) for op in graph.ops() if op not in seen and graph.device(op) is not None]
+        missing = [str(op) for op in graph.ops() if op not in seen
+                   and graph.device(op) is not None and not graph.is_tail(op)]
         raise ScheduleError(f"{len(missing)} missing op(s): {_few(missing)}")
 
 
@@ -199,7 +215,7 @@ def _run(graph: TaskGraph, sched: Schedule) -> tuple[dict[Op, float], dict[Op, f
     implicit_left = {op: len(graph.preds(op)) for op in graph.implicit_ops()}
     queue = deque(range(p))
     preds, duration = graph.preds, graph.duration
-    implicit = graph.has_sync
+    implicit = graph.has_implicit
 
     def done(op: Op) -> None:
         if op in waiting:
@@ -253,7 +269,25 @@ def _run(graph: TaskGraph, sched: Schedule) -> tuple[dict[Op, float], dict[Op, f
                     + ", ".join(f"{q} (device {graph.device(q)})" for q in need)
                 )
         raise ScheduleError("deadlock: " + "; ".join(lines))
+    if graph.has_step:
+        _run_tails(graph, sched, start, end)
     return start, end
+
+
+def _run_tails(graph: TaskGraph, sched: Schedule, start: dict[Op, float],
+               end: dict[Op, float]) -> None:
+    """The tail rule (``zbsolve.graph``): after its order, each device runs its optimizer steps,
+    earliest ready first. Their inputs are implicit ops, all timed by now; nothing waits for
+    them."""
+    preds, duration = graph.preds, graph.duration
+    for d, order in enumerate(sched.orders):
+        free = end[ops_of(order[-1])[0]] if order else 0.0
+        ready = [(max((end[q] + c for q, c in preds(op)), default=0.0), op.stage, op)
+                 for op in graph.tail_ops(d)]
+        for release, _, op in sorted(ready):
+            t = max(free, release)
+            start[op], end[op] = t, t + duration(op)
+            free = end[op]
 
 
 def _memory(
@@ -300,8 +334,11 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
     start, end = _run(graph, sched)
     p = inst.devices
     makespan = max(end.values())
-    busy = [sum(graph.job_duration(e) for e in order) for order in sched.orders]
-    span = [end[ops_of(o[-1])[0]] - start[ops_of(o[0])[0]] if o else 0.0 for o in sched.orders]
+    busy = [sum(graph.job_duration(e) for e in order)
+            + sum(graph.duration(op) for op in graph.tail_ops(d))
+            for d, order in enumerate(sched.orders)]
+    span = [device_end(graph, sched, end, d) - start[ops_of(o[0])[0]] if o else 0.0
+            for d, o in enumerate(sched.orders)]
     work = sum(busy)
     peaks, peak_times, curves, violations = _memory(inst, graph, start, end)
     return SimResult(
@@ -318,7 +355,17 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
         memory_curve=curves,
         limit=list(inst.limit),
         violations=violations,
+        step_mode=graph.step_mode,
+        pipeline_end=max((end[op] for order in sched.orders for entry in order[-1:]
+                          for op in ops_of(entry)), default=0.0),
     )
+
+
+def device_end(graph: TaskGraph, sched: Schedule, end: dict[Op, float], d: int) -> float:
+    """When device d's step ends: its last job, or its last optimizer step (the tail rule)."""
+    order = sched.orders[d]
+    last = end[ops_of(order[-1])[0]] if order else 0.0
+    return max([last, *(end[op] for op in graph.tail_ops(d))])
 
 
 def validate(inst: Instance, sched: Schedule) -> SimResult:

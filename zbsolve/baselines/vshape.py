@@ -352,7 +352,8 @@ def _greedy(inst: Instance, plan: VPlan) -> list[list[Op]]:
         dev.done.add(op)
         remaining -= 1
         stale.add(d)
-        stale.update(graph.device(nxt) for nxt, _ in graph.succs(op))
+        stale.update(graph.device(nxt) for nxt, _ in graph.succs(op)
+                     if graph.device(nxt) is not None)  # not the step's implicit jobs
         ready[op] = end
         chunk = dev.stages.index(op.stage)
         if op.kind == "F":

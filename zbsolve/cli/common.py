@@ -78,6 +78,24 @@ def load(path: str) -> Instance:
     return load_instance(path)
 
 
+def step_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--step MODE``: evaluate with the step boundary in that mode (``zbsolve.step``)."""
+    parser.add_argument("--step", choices=("none", "sync", "post-validation"), default=None,
+                        help=f"{what} with the step boundary in this mode: the optimizer step, "
+                             "the gradient reductions and the global norm/NaN check of the "
+                             "instance's step section (default: the instance's step.mode)")
+
+
+def with_step(inst: Instance, args: argparse.Namespace) -> Instance:
+    """The instance in the mode ``--step`` asks for (unchanged without the flag)."""
+    from zbsolve.step import StepError, for_mode
+
+    try:
+        return for_mode(inst, getattr(args, "step", None))
+    except StepError as exc:
+        raise InstanceError(str(exc)) from None
+
+
 def instance_for(path: str | None, sched) -> Instance:
     """The instance a schedule is for: the file given, else the one the schedule carries
     (schedules written by ``zbsolve solve``, ``zbsolve sweep`` and executor tables carry theirs)."""
@@ -199,6 +217,7 @@ def print_schedule_table(rows: list[dict], unit: str | None = None) -> None:
             "bubble(span)": r["bubble_span"],
             peak: fmt_list(r["peak_memory"]),
             "fits memory": "yes" if r["feasible"] else "NO",
+            **({"step boundary": r["step"]["boundary"]} if "step" in r else {}),
         }
         for r in rows if "reason" not in r
     ]

@@ -44,6 +44,10 @@ def register(sub) -> None:
     parser.add_argument("--round", type=types.positive_int, metavar="DIGITS",
                         help="solve the instance with times rounded to DIGITS significant digits "
                              "(default: unrounded)")
+    parser.add_argument("--step-modes", default="none",
+                        help="comma-separated step modes to predict and run every schedule in: "
+                             "none, sync, post-validation (sync and post-validation profile the "
+                             "optimizer step and the global check too; default none)")
     parser.add_argument("--threads", type=types.positive_int, default=1, help="torch threads per rank")
     parser.add_argument("--device", default="cpu", type=types.torch_device, help="cpu or cuda")
     parser.add_argument("-o", "--output", default=None,
@@ -65,6 +69,7 @@ def handle(args) -> int:
         memory_limit=(args.memory_limit if args.memory_limit in LIMIT_POLICIES
                       else parse_size(args.memory_limit)),
         round_digits=args.round, threads=args.threads, device=args.device,
+        step_modes=tuple(m.strip() for m in args.step_modes.split(",") if m.strip()),
     )
     from zbsolve.io import check_output
 
@@ -90,7 +95,8 @@ def handle(args) -> int:
                   f"{q['predicted_gain']:.1%} faster than {other}, measured "
                   f"{q['measured_gain']:+.1%} ({q['measured_gain_min']:+.1%}.."
                   f"{q['measured_gain_max']:+.1%} over {q['runs']} runs)", file=sys.stderr)
-    bad = [r["schedule"] for r in summary["rows"] if not r["grads_ok"]]
+    bad = [r["schedule"] + ("" if r["step_mode"] == "none" else f" ({r['step_mode']})")
+           for r in summary["rows"] if not r["grads_ok"]]
     if bad:
         print(f"gradients differ from the reference for: {', '.join(bad)}", file=sys.stderr)
         return 1

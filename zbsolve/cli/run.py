@@ -35,7 +35,17 @@ def register(sub) -> None:
     add_own_model_args(parser)  # --hf / --module: run your model's stages instead of the GPT
     parser.add_argument("--steps", type=types.positive_int, default=2, help="optimizer steps (default 2)")
     parser.add_argument("--lr", type=types.positive_number, default=None,
-                        help="SGD learning rate (default 0.05)")
+                        help="the optimizer's learning rate (default 0.05)")
+    parser.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
+                        help="the optimizer every stage steps (default sgd)")
+    parser.add_argument("--clip", type=types.positive_number, default=None,
+                        help="clip gradients to this global norm (needs --step sync or "
+                             "post-validation; default: no clipping)")
+    parser.add_argument("--step", choices=("none", "sync", "post-validation"), default=None,
+                        help="the step boundary: none (every stage steps alone), sync (a global "
+                             "norm/NaN check, then the steps) or post-validation (speculative "
+                             "steps, validated along the pipeline, rolled back and redone when "
+                             "clipping or a NaN/Inf says so) (default: the table's step.mode)")
     parser.add_argument("--backend", choices=("gloo", "nccl"),
                         help="P2P backend (default: nccl with one GPU per rank, else gloo)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -89,8 +99,8 @@ def handle(args) -> int:
     from zbsolve.export.judge import JudgeError, read_schedule_file
     from zbsolve.io import check_output
     from zbsolve.runtime.launch import RankFailed, in_torchrun, run_jobs
-    from zbsolve.runtime.reference import DEFAULT_LR
-    from zbsolve.runtime.runner import Job, RunOptions, check_table
+    from zbsolve.runtime.optim import DEFAULT_LR
+    from zbsolve.runtime.runner import Job, RunOptions, check_table, step_mode_of
 
     if args.trace and args.engine == "torch":
         raise ValueError("--trace needs --engine ours: torch's runtime gives no per-action "
@@ -112,7 +122,9 @@ def handle(args) -> int:
     opts = RunOptions(backend=backend, device=device, steps=args.steps,
                       lr=DEFAULT_LR if args.lr is None else args.lr, timeout_s=args.timeout,
                       rtol=args.rtol, threads=args.threads,
-                      allow_over_memory=args.allow_over_memory)
+                      allow_over_memory=args.allow_over_memory, optimizer=args.optimizer,
+                      clip=args.clip, step_mode=args.step)
+    step_mode_of(table, opts)  # refuses clipping without a step check before anything spawns
     with tempfile.TemporaryDirectory(prefix="zbsolve-run-csv-") as tmp:
         csv_path = None
         if args.engine == "torch":
@@ -227,6 +239,19 @@ def print_report(r: dict) -> None:
         print("measured/predicted, calibrated: " + "  ".join(
             f"{k} {v:.3g}" for k, v in t["ratio_calibrated"].items()))
         print(f"time waiting for received payloads (all ranks): {t['wait_ms_total']:.3f} ms")
+    if r.get("replicas", 1) > 1:
+        print(f"replicas: {r['replicas']}; gradient sum after the step "
+              f"{_fmt(t.get('sync_ms'))} ms (slowest rank); largest |copy 0 - copy 1| of the "
+              f"final parameters {_fmt(r.get('copies_max_abs_diff'))}")
+    if r.get("overlap_f_b_ran"):
+        pairs = t.get("pairs") or {}
+        line = f"OVERLAP_F_B: {r['overlap_f_b_ran']} pairs run (all steps)"
+        if pairs:
+            line += (f"; step {t['step']}: F&B {_fmt(pairs['mean_ms'])} ms (halves "
+                     f"{_fmt(pairs['halves_mean_ms'])}), same ops unpaired F + B "
+                     f"{_fmt(pairs['unpaired_f_plus_b_mean_ms'])} ms, ratio "
+                     f"{_fmt(pairs['ratio'])}")
+        print(line + f"; forward activations sent inside their pair: {r['sent_early']}")
     predicted = f"predicted peaks {r['predicted'].get('peak_memory')} (instance units)"
     if any(b is None for b in r["peak_activation_bytes"]):
         print(f"peak tracked activation memory per rank: not measured (engine {r['engine']} "
@@ -238,5 +263,17 @@ def print_report(r: dict) -> None:
         cuda = ", ".join("not measured" if x is None else f"{x / 2**20:.1f}"
                          for x in r["cuda_max_memory_allocated"])
         print(f"torch.cuda.max_memory_allocated per rank (MiB): {cuda}")
+    sb = r.get("step_boundary") or {}
+    if sb.get("mode", "none") != "none":
+        print(f"step boundary {sb['mode']}, {sb['optimizer']} lr {sb['lr']:g}, clip "
+              f"{sb['clip']}: decisions {sb['decisions']} (reference {sb['reference_decisions']}); "
+              f"stages redone per step {sb['redone']}")
+    boundary = t.get("step_boundary")
+    if boundary:
+        per = "  ".join(f"rank {k}: pipeline {v['pipeline_end_ms']:.3f} optimizer {v['opt_ms']:.3f}"
+                        f" redo {v['redo_ms']:.3f} end {v['end_ms']:.3f}"
+                        for k, v in boundary["per_rank"].items())
+        print(f"step boundary (ms): after the pipeline {boundary['boundary_ms']:.3f} "
+              f"(predicted {boundary.get('predicted_boundary')} instance units); {per}")
     if r.get("trace"):
         print(f"trace: {r['trace']} (open in https://ui.perfetto.dev)")

@@ -24,6 +24,8 @@ from zbsolve.cli.common import (
     load,
     print_json,
     print_schedule_table,
+    step_arg,
+    with_step,
 )
 from zbsolve.instance import memory_unit_label
 
@@ -59,10 +61,14 @@ def register(sub) -> None:
                         metavar="FRACTION",
                         help="keep this share of every device's memory limit free: solve with "
                              "limit * (1 - FRACTION) (default: 0)")
+    step_arg(parser, "optimize the step's end")
     parser.add_argument("--no-symmetry", action="store_true",
                         help="do not impose microbatch order per (kind, stage)")
     parser.add_argument("--progress", action="store_true",
                         help="print elapsed / incumbent / bound / gap on stderr")
+    parser.add_argument("--fused-backward", action="store_true",
+                        help="every backward one B, for runtimes without the I/W split "
+                             "(Megatron, torch's Schedule1F1B-style runtimes)")
     add_json(parser)
     parser.set_defaults(handler=handle)
 
@@ -92,11 +98,12 @@ def handle(args) -> int:
     from zbsolve.io import check_output
     from zbsolve.simulate import validate
     from zbsolve.solver import SolveOptions, solve
+    from zbsolve.solver.fused import solve_fused
 
     t0 = time.perf_counter()
     if args.output:  # found now, not after the solve
         check_output(args.output, inputs=[args.instance], suffixes=(".json",))
-    given = load(args.instance)
+    given = with_step(load(args.instance), args)
     inst = given.with_memory_margin(args.memory_margin) if args.memory_margin else given
     limit = args.time_limit
     if not args.deterministic:  # the solve gets what loading and writing leave of the budget
@@ -108,7 +115,7 @@ def handle(args) -> int:
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
         deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
     )
-    result = solve(inst, options)
+    result = (solve_fused if args.fused_backward else solve)(inst, options)
     sched = result.schedule
     margin = margin_meta(given, inst, args.memory_margin)
     if margin:
@@ -132,6 +139,8 @@ def handle(args) -> int:
                     "baseline": result.baseline,
                     "baseline_value": result.baseline_value, "source": meta["source"],
                     "memory_unit": inst.memory_unit, "memory_margin": margin or None,
+                    "step": inst.step.mode,
+                    "fused_backward": args.fused_backward,
                     "schedules": table})
         return 0
     _print_table(inst, result, table, args.output, margin)
@@ -151,8 +160,9 @@ def _print_table(inst, result, table: list[dict], output: str | None, margin: di
     unit = f" {memory_unit_label(inst)}" if memory_unit_label(inst) else ""
     kept = (f" (memory margin {margin['fraction']:g}: given {fmt_list(margin['limit_given'])})"
             if margin else "")
+    step = f" step={inst.step.mode}" if inst.step.active else ""
     print(f"{inst.name}: p={inst.p} m={inst.m} v={inst.v} placement={inst.placement_kind} "
-          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}")
+          f"comm={inst.comm:g} limit={fmt_list(list(inst.limit))}{unit}{kept}{step}")
     base = "none fits the memory limit"
     if result.baseline:
         hand = result.schedule.meta["baseline"]["figures"]["peak_memory"]

@@ -356,6 +356,11 @@ def lower(
         "memory_limit": result.limit,
         "feasible": result.feasible,
     }
+    if result.step_mode != "none":  # the step boundary: when each stage's optimizer step runs
+        predicted["step"] = {**result.step_summary(), "optimizer": [
+            [op.stage, result.start[op], result.end[op]]
+            for op in sorted((op for op in result.start if op.kind == "OPT"),
+                             key=lambda o: o.stage)]}
     return ExecutorTable(
         instance=inst.to_dict(),
         placement=list(inst.placement),

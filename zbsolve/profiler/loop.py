@@ -17,6 +17,14 @@ still run (its row says so), lowered without the limit.
 Each schedule runs ``runs`` times (interleaved with the others, so a slow patch of a shared
 machine hits all of them alike); each run takes ``steps`` optimizer steps and the runner times
 the last one. The table reports the median and the range of those step times.
+
+Step modes (``step_modes``, default none only): with sync and/or post-validation the loop also
+profiles each stage's step-boundary work (``zbsolve.profiler.step_times``: optimizer step,
+local norm, snapshot), gives each layout's instance the mode's ``step`` section, solves for that
+mode, and runs every schedule in every mode (the runner's step boundary, SGD, no clipping), so
+each row's prediction and measurement include the mode's step; its predicted and measured share
+after the pipeline (``boundary``) are columns. Pairs compare schedules within a mode, and one
+schedule across modes (what post-validation saves, predicted and measured).
 """
 
 from __future__ import annotations
@@ -72,8 +80,15 @@ class LoopOptions:
     threads: int = 1
     device: str = "cpu"
     timeout_s: float = 120.0
+    step_modes: tuple[str, ...] = ("none",)  # none | sync | post-validation (module docstring)
 
     def check(self) -> None:
+        from zbsolve.step import MODES
+
+        if not self.step_modes or len(set(self.step_modes)) != len(self.step_modes) or any(
+                m not in MODES for m in self.step_modes):
+            raise ValueError(f"step_modes: expected distinct modes among {', '.join(MODES)}, "
+                             f"got {','.join(self.step_modes)!r} (--step-modes)")
         for name in ("devices", "microbatches", "repeats", "runs", "steps", "threads", "workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -103,10 +118,12 @@ class Planned:
     fits_limit: bool
     note: str = ""
     reports: list[dict[str, Any]] = field(default_factory=list)
+    mode: str = "none"  # the step mode it is predicted and run in
 
     @property
     def label(self) -> str:
-        return f"{self.layout}/{self.schedule}"
+        base = f"{self.layout}/{self.schedule}"
+        return base if self.mode == "none" else f"{base}/{self.mode}"
 
 
 def _schedule_for(name: str, inst: Instance, opts: LoopOptions):
@@ -125,7 +142,8 @@ def _schedule_for(name: str, inst: Instance, opts: LoopOptions):
 
 
 def plan(inst: Instance, layout: Layout, opts: LoopOptions) -> list[Planned]:
-    """Schedules of one layout, each judged by the simulator and lowered to an executor table."""
+    """Schedules of one layout, each judged by the simulator and lowered to an executor table
+    (in the instance's step mode: the solver optimizes that mode's step)."""
     from zbsolve.export.executor import lower
     from zbsolve.simulate import simulate
 
@@ -138,7 +156,8 @@ def plan(inst: Instance, layout: Layout, opts: LoopOptions) -> list[Planned]:
         if not sim.feasible:
             note = (note + "; " if note else "") + "over the memory limit (run without it)"
         out.append(Planned(layout.name, name, layout.chunks, table.to_dict(), sim.makespan,
-                           sim.bubble_makespan, max(sim.peak_memory), sim.feasible, note))
+                           sim.bubble_makespan, max(sim.peak_memory), sim.feasible, note,
+                           mode=inst.step.mode))
     return out
 
 
@@ -169,6 +188,7 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
 
     from zbsolve.profiler.api import profile
     from zbsolve.profiler.p2p import measure_p2p
+    from zbsolve.profiler.step_times import measure_step_times, step_section
     from zbsolve.runtime.launch import run_jobs
     from zbsolve.runtime.runner import Job, RunOptions
 
@@ -189,14 +209,28 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         instances[layout.name] = load_instance(instance_dict(run, opts.round_digits))
     limit_mib, limit_source = memory_limit(opts.memory_limit, instances)
     planned: list[Planned] = []
+    step_times: dict[str, Any] = {}
     for layout in LAYOUTS:
         inst = instances[layout.name].with_(limit=limit_mib)
         instances[layout.name] = inst
         inst.dump(out / f"instance-{layout.name}.yaml")
-        planned += plan(inst, layout, opts)
+        if "none" in opts.step_modes:
+            planned += plan(inst, layout, opts)
+        active = [m for m in opts.step_modes if m != "none"]
+        if active:
+            times = measure_step_times(cfg.to_dict(), inst.stages, repeats=opts.repeats,
+                                       warmup=opts.warmup, threads=opts.threads,
+                                       clock=opts.clock)
+            step_times[layout.name] = times.to_dict()
+        for mode in active:
+            stepped = inst.with_(step=step_section(times, mode, inst.placement, inst.comm))
+            stepped.dump(out / f"instance-{layout.name}-{mode}.yaml")
+            planned += plan(stepped, layout, opts)
     for p in planned:
-        atomic_write_text(out / "tables" / f"{p.layout}-{p.schedule}.json", json.dumps(p.table))
-    jobs = [Job(p.table, cfg.to_dict(), label=p.label) for _ in range(opts.runs) for p in planned]
+        name = p.label.replace("/", "-")
+        atomic_write_text(out / "tables" / f"{name}.json", json.dumps(p.table))
+    jobs = [Job(p.table, cfg.to_dict(), label=p.label, options={"step_mode": p.mode})
+            for _ in range(opts.runs) for p in planned]
     backend = "nccl" if opts.device.startswith("cuda") and torch.cuda.device_count() >= \
         opts.devices else "gloo"
     reports = run_jobs(jobs, opts.devices, RunOptions(
@@ -234,6 +268,8 @@ def run_loop(cfg, opts: LoopOptions, out_dir: str | Path, command: str = "") -> 
         "rows": rows,
         "pairs": pairs,
     }
+    if step_times:
+        summary["step_times_ms"] = step_times
     write_outputs(out, summary)
     return summary
 
@@ -247,15 +283,21 @@ def row_of(p: Planned) -> dict[str, Any]:
     units = [r["timing"]["unit_ms"] for r in p.reports if "timing" in r]
     calibrated = [r["timing"]["ratio_calibrated"].get("step", float("nan"))
                   for r in p.reports if "timing" in r]
+    boundary = [r["timing"]["step_boundary"]["boundary_ms"] for r in p.reports
+                if "step_boundary" in r.get("timing", {})]
+    predicted_step = p.table.get("predicted", {}).get("step") or {}
     return {
         "layout": p.layout,
         "schedule": p.schedule,
+        "step_mode": p.mode,
         "chunks": p.chunks,
         "predicted_ms": p.predicted_ms,
         "measured_ms": measured,
         "measured_min_ms": min(steps) if steps else float("nan"),
         "measured_max_ms": max(steps) if steps else float("nan"),
         "measured_over_predicted": measured / p.predicted_ms if p.predicted_ms else float("nan"),
+        "predicted_boundary_ms": predicted_step.get("boundary", 0.0),
+        "measured_boundary_ms": statistics.median(boundary) if boundary else float("nan"),
         "runs": len(steps),
         "compute_ratio": statistics.median(units) if units else float("nan"),
         "step_ratio_calibrated": statistics.median(calibrated) if calibrated else float("nan"),
@@ -276,6 +318,11 @@ def _step_times(p: Planned) -> list[float]:
     return [r["timing"]["step_ms"] for r in p.reports if "timing" in r]
 
 
+def compared(a: Planned, b: Planned) -> bool:
+    """Which pairs get a row: two schedules in one step mode, or one schedule in two modes."""
+    return a.mode == b.mode or (a.layout, a.schedule) == (b.layout, b.schedule)
+
+
 def pair_rows(planned: list[Planned]) -> list[dict[str, Any]]:
     """For each pair (a, b): predicted and measured difference, and whether the gain holds.
 
@@ -290,6 +337,8 @@ def pair_rows(planned: list[Planned]) -> list[dict[str, Any]]:
     out = []
     for i, a in enumerate(planned):
         for b in planned[i + 1:]:
+            if not compared(a, b):
+                continue
             ta, tb = _step_times(a), _step_times(b)
             n = min(len(ta), len(tb))
             if not n or not b.predicted_ms or not a.predicted_ms:
@@ -358,6 +407,13 @@ def markdown(summary: dict[str, Any]) -> str:
         "measured / predicted step after scaling the prediction by compute_ratio (1 = the "
         "schedule's shape, its bubbles and hand-offs, was predicted right); peak memory: "
         "simulator vs the runner's tracked activation bytes.",
+        *(["Step modes (step_mode): sync and post-validation rows include the step boundary "
+           "in both the prediction (the instance's step section from the profiled optimizer "
+           "step, local norm and snapshot: step_times_ms in loop.json) and the measurement; "
+           "predicted/measured_boundary_ms = the step's time after the pipeline's last op. The "
+           "measured post-validation step also holds the verdict's return along the pipeline "
+           "(the runner waits for it; the model puts it in the next step's warm-up)."]
+          if any(r.get("step_mode", "none") != "none" for r in rows) else []),
         "",
         "| " + " | ".join(cols) + " |",
         "| " + " | ".join("---" for _ in cols) + " |",

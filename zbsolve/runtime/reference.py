@@ -1,8 +1,10 @@
 """The single-process reference the pipeline run is proven against.
 
 Same model, same seed, same batches, same optimizer, but unsplit, in one process, one forward
-and one backward over the whole batch with vanilla torch ops (no deferred weight gradients).
-Agreement therefore covers the stage split, the hand-offs, the I/W split and the schedule.
+and one backward over the whole batch with vanilla torch ops (no deferred weight gradients),
+and the step taken synchronously (global gradient norm and NaN/Inf check over the whole model,
+``zbsolve.runtime.optim``). Agreement therefore covers the stage split, the hand-offs, the I/W
+split, the schedule and the step boundary (sync, or speculative steps rolled back and redone).
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from zbsolve.runtime.model import GPT, GPTConfig, lm_loss, make_batch
-
-DEFAULT_LR = 0.05
+from zbsolve.runtime.optim import DEFAULT_LR, OptimizerSpec, TrainSpec, reference_step
 
 
 @dataclass
@@ -27,20 +28,28 @@ class StepRecord:
 class ReferenceRun:
     steps: list[StepRecord]
     params: dict[str, torch.Tensor]  # after the last optimizer step
+    decisions: list[str] = field(default_factory=list)  # per step: plain | clipped | skipped
 
 
 def make_optimizer(params, lr: float = DEFAULT_LR) -> torch.optim.Optimizer:
-    """Plain SGD: deterministic and elementwise, so sharded stages step exactly as one model."""
-    return torch.optim.SGD(params, lr=lr)
+    """Plain SGD (the default ``TrainSpec``'s): deterministic and elementwise, so sharded
+    stages step exactly as one model."""
+    return OptimizerSpec("sgd", lr).make(params)
 
 
 def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
-                  lr: float = DEFAULT_LR, device: str | torch.device = "cpu") -> ReferenceRun:
+                  train: TrainSpec | None = None, device: str | torch.device = "cpu", *,
+                  lr: float | None = None) -> ReferenceRun:
     """``device``: where to compute (the pipeline's device, so a GPU run is not checked
-    against hours of CPU work); results come back on the CPU."""
+    against hours of CPU work); results come back on the CPU. ``train``: the optimizer and
+    its step (default: SGD at ``lr``, default learning rate, no clipping)."""
+    if train is not None and lr is not None:
+        raise ValueError("run_reference: give the learning rate in train.optimizer, not lr too")
+    train = train or TrainSpec(OptimizerSpec("sgd", DEFAULT_LR if lr is None else lr))
     model = GPT(cfg).to(device)
-    opt = make_optimizer(model.parameters(), lr)
-    records = []
+    named = dict(model.named_parameters())
+    opt = train.optimizer.make(named.values())
+    records, decisions = [], []
     for step in range(steps):
         tokens, targets = make_batch(cfg, microbatches, step)
         opt.zero_grad(set_to_none=True)
@@ -48,14 +57,14 @@ def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
         loss.backward()
         records.append(StepRecord(
             float(loss.detach()),
-            {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()},
+            {n: p.grad.detach().cpu().clone() for n, p in named.items()},
         ))
-        opt.step()
-    params = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+        decisions.append(reference_step(opt, named, train, step).label)
+    params = {n: p.detach().cpu().clone() for n, p in named.items()}
     del model, opt
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
-    return ReferenceRun(records, params)
+    return ReferenceRun(records, params, decisions)
 
 
 @dataclass

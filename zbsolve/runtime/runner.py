@@ -8,12 +8,16 @@ I computes the input gradient only and keeps what W needs; W accumulates the wei
 and frees the rest; B is I then W. Hand-offs between two stages of this rank stay in memory;
 the others go through :mod:`zbsolve.runtime.p2p` at the table's SEND/RECV actions.
 
-After the steps, rank 0 gathers every stage's loss, gradients and parameters and compares them
-with the single-process reference (:mod:`zbsolve.runtime.reference`).
+After its last action of a step the rank runs the step boundary in the table's step mode
+(:mod:`zbsolve.runtime.step_boundary`: local steps, a synchronous global check, or speculative
+steps with post-validation and rollback). After the steps, rank 0 gathers every stage's loss,
+gradients and parameters and compares them with the single-process reference
+(:mod:`zbsolve.runtime.reference`), which takes the same steps synchronously.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,18 +26,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zbsolve.export.executor import Action, ExecutorTable
+from zbsolve.export.executor import PAIR_KIND, Action, ExecutorTable
+from zbsolve.graph import TaskGraph
+from zbsolve.ops import Op
 from zbsolve.runtime.iw_split import MemoryTracker
 from zbsolve.runtime.measure import Clock, Timing, chrome_trace, summarize
 from zbsolve.runtime.model import GPTConfig, layer_split
+from zbsolve.runtime.optim import DEFAULT_LR, OptimizerSpec, TrainSpec, inject_inf
+from zbsolve.runtime.overlap import early_sends
 from zbsolve.runtime.p2p import P2P
-from zbsolve.runtime.reference import (
-    DEFAULT_LR,
-    Comparison,
-    StepRecord,
-    compare,
-    make_optimizer,
+from zbsolve.runtime.reference import Comparison, StepRecord, compare
+from zbsolve.runtime.replicas import (
+    ReplicaLayout,
+    layout_of,
+    stage_copies,
+    sync_gradients,
+    sync_groups,
 )
+from zbsolve.runtime.step_boundary import STEP_HANDLERS, Boundary, StageStep, tail_order
 from zbsolve.runtime.workload import Workload, is_layered, workload_for
 
 ENGINES = ("ours", "torch")
@@ -60,6 +70,34 @@ class RunOptions:
     allow_over_memory: bool = False  # run a table over its instance's memory limit
     fail_at: tuple[int, int] | None = None  # (rank, action index): raise there (tests)
     hang_at: tuple[int, int] | None = None  # (rank, action index): stall there (tests)
+    optimizer: str = "sgd"  # sgd | adamw (zbsolve.runtime.optim)
+    clip: float | None = None  # clip gradients to this global norm (needs a step check)
+    step_mode: str | None = None  # none | sync | post-validation; None: the table's instance's
+    inject_inf: tuple[int, int] | None = None  # (step, stage): Inf into a gradient (tests)
+
+    @property
+    def optimizer_spec(self) -> OptimizerSpec:
+        return OptimizerSpec(self.optimizer, self.lr, self.clip)
+
+
+def step_mode_of(table: ExecutorTable, opts: RunOptions) -> str:
+    """The step mode a run uses (``opts.step_mode``, else its table's instance's), refusing a
+    run whose global decisions would have no global state to come from."""
+    from zbsolve.step import MODES
+
+    mode = opts.step_mode or (table.instance.get("step") or {}).get("mode", "none")
+    if mode not in MODES:
+        raise TableMismatch(f"step mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    opts.optimizer_spec.check()
+    if mode != "none" and int(table.instance.get("replicas", 1)) != 1:
+        raise TableMismatch(f"step mode {mode}: the runner's step boundary covers one model "
+                            "replica (with two, each stage's gradients exist twice and the "
+                            "global norm would count them twice); run this table with --step none")
+    if mode == "none" and (opts.clip is not None or opts.inject_inf is not None):
+        raise TableMismatch("clipping by the global gradient norm and the NaN/Inf check need "
+                            "the step's global state: run with step mode sync or "
+                            "post-validation (--step), not none")
+    return mode
 
 
 @dataclass
@@ -72,6 +110,10 @@ class Job:
     torch_csv: str | None = None  # engine torch: path of the compute-only torch CSV
     trace: str | None = None  # write the Perfetto trace here (rank 0)
     label: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # RunOptions fields this job changes
+    # (optimizer, lr, clip, step_mode, inject_inf): one launch runs several step set-ups
+    overlap_function: bool = True  # engine torch: OVERLAP_F_B through our custom function
+    # (False: torch's default, the two halves in order; kept to measure the difference)
 
 
 @dataclass
@@ -80,6 +122,7 @@ class RankContext:
     world: int
     device: torch.device
     opts: RunOptions
+    groups: dict[tuple[int, ...], Any] = field(default_factory=dict)  # replica sync groups
 
 
 def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any],
@@ -115,17 +158,22 @@ def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any
             raise TableMismatch("engine torch: torch's pipelining runtime has no sequence "
                                 "segments; run segmented tables with --engine ours")
         _check_segmented(table, cfg)
+    layout = layout_of(table)
+    if layout.replicas > 1 and engine == "torch":
+        raise TableMismatch(
+            f"table {table.schedule_name!r} runs {layout.replicas} model replicas: torch's "
+            "pipelining runtime has one last stage and cannot run them; use --engine ours")
     if isinstance(cfg, dict):
         if not is_layered(cfg):
             cfg = GPTConfig(**cfg)
         else:
             try:  # builds the model once: the split must fit its layers
-                workload_for(cfg, table.stages, table.instance)
+                workload_for(cfg, layout.model_stages, table.instance)
             except ValueError as exc:
                 raise TableMismatch(str(exc)) from None
             return
     try:
-        layer_split(cfg.layers, table.stages)
+        layer_split(cfg.layers, layout.model_stages)
     except ValueError as exc:
         raise TableMismatch(str(exc)) from None
 
@@ -157,14 +205,28 @@ def table_segments(table: ExecutorTable, work: Workload) -> tuple[int, ...] | No
 
 
 # ---------------------------------------------------------------------- our engine
+Key = tuple[str, int, int, int]  # (direction "F" | "B", stage, mb, seg)
+
+
 @dataclass
 class _RankState:
-    runners: dict[int, Any]  # StageRunner, GraphStageRunner or SegmentedStageRunner
+    """What one rank keeps across the steps of a job."""
+
+    rank: int
+    graph: TaskGraph  # who feeds whom: every input and output route is read off it
+    runners: dict[int, Any]  # graph stage -> StageRunner, GraphStageRunner or Segmented...
     p2p: P2P
+    early: dict[int, int]  # pair action index -> its forward's SEND (overlap.early_sends)
     segmented: bool = False  # the table runs (microbatch, segment) units
-    local_fwd: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
-    local_bwd: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
-    to_send: dict[tuple[str, int, int, int], torch.Tensor] = field(default_factory=dict)
+    local: dict[Key, torch.Tensor] = field(default_factory=dict)  # (dir, consumer stage, ...)
+    to_send: dict[Key, torch.Tensor] = field(default_factory=dict)  # (dir, producer stage, ...)
+    sent_early: set[Key] = field(default_factory=set)  # sends a pair already posted
+    early_count: int = 0  # sends posted inside their pair, all steps
+
+
+def _direction(producer: Op) -> str:
+    """What a hand-off from ``producer`` carries: "F" an activation, "B" an input gradient."""
+    return "F" if producer.kind == "F" else "B"
 
 
 def _piece(work: Workload, runner: Any, t: torch.Tensor, mb: int, seg: int,
@@ -175,11 +237,167 @@ def _piece(work: Workload, runner: Any, t: torch.Tensor, mb: int, seg: int,
     return runner.segment(t, seg) if segmented else t
 
 
+class _StepLoop:
+    """One step of one rank's program: one handler per action kind (``_HANDLERS``)."""
+
+    def __init__(self, ctx: RankContext, st: _RankState, work: Workload, actions: list[Action],
+                 tokens: torch.Tensor, targets: torch.Tensor, clock: Clock) -> None:
+        self.ctx, self.st, self.work, self.clock = ctx, st, work, clock
+        self.actions = actions
+        self.tokens, self.targets = tokens, targets
+        self.stamps: list[tuple[int, Action | None, str, int, int, Any, Any, bool]] = []
+
+    # ------------------------------------------------------------ routes (from the graph)
+    def _input(self, op: Op, index: int) -> torch.Tensor | None:
+        """The tensor ``op`` consumes from another stage (None: the first stage's forward takes
+        the tokens, the last stage's backward starts from its loss)."""
+        g = self.st.graph
+        producers = [p for p, _ in g.preds(op) if p.kind != "SYNC" and p.stage != op.stage]
+        if not producers:
+            return None
+        (producer,) = producers
+        key = (_direction(producer), op.stage, op.mb, op.seg)
+        if g.device(producer) == self.st.rank:
+            if key not in self.st.local:
+                raise RuntimeError(f"rank {self.st.rank}: {op} runs before {producer}, which "
+                                   "feeds it on this rank")
+            return self.st.local.pop(key)
+        w0 = self.clock.mark()
+        x = self.st.p2p.take(key[0], op.stage, op.mb, op.seg)
+        self.stamps.append((index, None, "WAIT", op.stage, op.mb, w0, self.clock.mark(), False))
+        return x
+
+    def _hand_on(self, op: Op, out: torch.Tensor | None) -> None:
+        """Give ``op``'s output to the ops of other stages that consume it: in memory on this
+        rank, else to the table's SEND."""
+        g = self.st.graph
+        for nxt, _ in g.succs(op):
+            if nxt.kind in ("W", "SYNC") or nxt.stage == op.stage:
+                continue  # not a tensor hand-off
+            if out is None:
+                raise RuntimeError(f"rank {self.st.rank}: {op} produced nothing for {nxt}")
+            d = _direction(op)
+            if g.device(nxt) == self.st.rank:
+                self.st.local[(d, nxt.stage, nxt.mb, nxt.seg)] = out
+            else:
+                self.st.to_send[(d, op.stage, op.mb, op.seg)] = out
+
+    def _runner(self, op: Op) -> Any:
+        runner = self.st.runners.get(op.stage)
+        if runner is None:
+            raise RuntimeError(f"rank {self.st.rank}: {op} is for a stage not on this rank")
+        return runner
+
+    def _unit(self, op: Op) -> dict[str, int]:
+        """The segment keyword of a segmented runner (whole-microbatch runners take none)."""
+        return {"seg": op.seg} if self.st.segmented else {}
+
+    def _piece(self, t: torch.Tensor, op: Op) -> torch.Tensor:
+        return _piece(self.work, self._runner(op), t, op.mb, op.seg,
+                      self.st.segmented).to(self.ctx.device)
+
+    # ------------------------------------------------------------ ops
+    def forward(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
+        runner, g = self._runner(op), self.st.graph
+        x = self._input(op, index)
+        if x is None:
+            x = self._piece(self.tokens, op)
+        tgt = self._piece(self.targets, op) if op.stage == g.last[op.stage] else None
+        t0 = self.clock.mark()
+        out = runner.forward(op.mb, x, tgt, **self._unit(op))
+        self._stamp(index, action, op, t0, in_pair)
+        if op.stage != g.last[op.stage]:
+            self._hand_on(op, out)
+        return t0
+
+    def backward(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
+        runner = self._runner(op)
+        grad = self._input(op, index)
+        t0 = self.clock.mark()
+        grad_in = (runner.backward_input if op.kind == "I" else runner.backward)(
+            op.mb, grad, **self._unit(op))
+        self._stamp(index, action, op, t0, in_pair)
+        self._hand_on(op, grad_in)
+        return t0
+
+    def weight(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
+        t0 = self.clock.mark()
+        self._runner(op).backward_weight(op.mb, **self._unit(op))
+        self._stamp(index, action, op, t0, in_pair)
+        return t0
+
+    def compute(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
+        """Run one op (its inputs taken first); returns the clock mark of its compute start."""
+        return _OP_HANDLERS[op.kind](self, op, index, action, in_pair)
+
+    # ------------------------------------------------------------ actions
+    def single(self, index: int, a: Action) -> None:
+        self.compute(a.op, index, a)
+
+    def pair(self, index: int, a: Action) -> None:
+        """OVERLAP_F_B: the forward, its activation sent at once, then the backward
+        (:mod:`zbsolve.runtime.overlap`). The action is stamped from the forward's compute
+        start (after its input arrived, as an unpaired F is) to the backward's end, so it
+        includes any wait for the backward's input that the forward did not cover."""
+        assert a.pair is not None
+        fwd, bwd = a.pair
+        t0 = self.compute(fwd, index, None, in_pair=True)
+        if index in self.st.early:
+            self._send_early(self.actions[self.st.early[index]])
+        self.compute(bwd, index, None, in_pair=True)
+        self.stamps.append((index, a, PAIR_KIND, a.stage, a.mb, t0, self.clock.mark(), False))
+
+    def _send_early(self, send: Action) -> None:
+        key = (send.kind[-1], send.stage, send.mb, send.seg)
+        payload = self.st.to_send.pop(key, None)
+        self.st.p2p.post([(send.kind, send.stage, send.mb, send.seg, send.peer, payload)])
+        self.st.sent_early.add(key)
+        self.st.early_count += 1
+
+    def comm_batch(self, actions: list[Action], i: int) -> int:
+        """Post one run of consecutive SEND/RECV actions at once; returns the index after it."""
+        j = i
+        while j < len(actions) and actions[j].is_comm and actions[j].batch == actions[i].batch:
+            j += 1
+        t0 = self.clock.mark()
+        batch = []
+        for b in actions[i:j]:
+            key = (b.kind[-1], b.stage, b.mb, b.seg)
+            if b.is_send and key in self.st.sent_early:
+                self.st.sent_early.discard(key)  # posted by its pair already
+                continue
+            payload = self.st.to_send.pop(key, None) if b.is_send else None
+            batch.append((b.kind, b.stage, b.mb, b.seg, b.peer, payload))
+        self.st.p2p.post(batch)
+        t1 = self.clock.mark()
+        for k in range(i, j):
+            b = actions[k]
+            self.stamps.append((k, b, b.kind, b.stage, b.mb, t0, t1, False))
+        return j
+
+    def _stamp(self, index: int, action: Action | None, op: Op, t0: Any, in_pair: bool) -> None:
+        self.stamps.append((index, action, op.kind, op.stage, op.mb, t0, self.clock.mark(),
+                            in_pair))
+
+    def timings(self, step: int) -> list[Timing]:
+        ms = self.clock.ms
+        return [Timing(self.st.rank, step, idx, kind, s, mb, ms(t0), ms(t1),
+                       a.start if a is not None else None, a.end if a is not None else None,
+                       in_pair)
+                for idx, a, kind, s, mb, t0, t1, in_pair in self.stamps]
+
+
+_OP_HANDLERS = {"F": _StepLoop.forward, "I": _StepLoop.backward, "B": _StepLoop.backward,
+                "W": _StepLoop.weight}
+_HANDLERS = {"F": _StepLoop.single, "I": _StepLoop.single, "B": _StepLoop.single,
+             "W": _StepLoop.single, PAIR_KIND: _StepLoop.pair}
+
+
 def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Workload,
               tokens: torch.Tensor, targets: torch.Tensor, step: int,
               clock: Clock) -> list[Timing]:
     actions = table.actions[ctx.rank]
-    stamps: list[tuple[int, Action | None, str, int, int, Any, Any]] = []
+    loop = _StepLoop(ctx, st, work, actions, tokens, targets, clock)
     i = 0
     while i < len(actions):
         a = actions[i]
@@ -190,120 +408,99 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Work
         if ctx.opts.hang_at == (ctx.rank, i):
             time.sleep(10 * ctx.opts.timeout_s)  # a stuck rank: its peers must time out
         if a.is_comm:
-            j = i
-            while j < len(actions) and actions[j].is_comm and actions[j].batch == a.batch:
-                j += 1
-            t0 = clock.mark()
-            batch = []
-            for b in actions[i:j]:
-                payload = (st.to_send.pop((b.kind[-1], b.stage, b.mb, b.seg), None)
-                           if b.is_send else None)
-                batch.append((b.kind, b.stage, b.mb, b.seg, b.peer, payload))
-            st.p2p.post(batch)
-            t1 = clock.mark()
-            for k in range(i, j):
-                stamps.append((k, actions[k], actions[k].kind, actions[k].stage, actions[k].mb,
-                               t0, t1))
-            i = j
+            i = loop.comm_batch(actions, i)
             continue
-        runner = st.runners.get(a.stage)
-        if runner is None:
-            raise RuntimeError(f"rank {ctx.rank}: action {a.token} is for a stage not on this rank")
-        s, mb, g = a.stage, a.mb, a.seg
-        unit = {"seg": g} if st.segmented else {}  # whole-microbatch runners take no segment
-        if a.kind == "F":
-            if runner.is_first:
-                x = _piece(work, runner, tokens, mb, g, st.segmented).to(ctx.device)
-            elif (s, mb, g) in st.local_fwd:
-                x = st.local_fwd.pop((s, mb, g))
-            else:
-                w0 = clock.mark()
-                x = st.p2p.take("F", s, mb, g)
-                stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
-            t0 = clock.mark()
-            tgt = (_piece(work, runner, targets, mb, g, st.segmented).to(ctx.device)
-                   if runner.is_last else None)
-            out = runner.forward(mb, x, tgt, **unit)
-            t1 = clock.mark()
-            if not runner.is_last:
-                if s + 1 in st.runners:
-                    st.local_fwd[(s + 1, mb, g)] = out
-                else:
-                    st.to_send[("F", s, mb, g)] = out
-        elif a.kind in ("I", "B"):
-            grad = None
-            if not runner.is_last:
-                if (s, mb, g) in st.local_bwd:
-                    grad = st.local_bwd.pop((s, mb, g))
-                else:
-                    w0 = clock.mark()
-                    grad = st.p2p.take("B", s, mb, g)
-                    stamps.append((i, None, "WAIT", s, mb, w0, clock.mark()))
-            t0 = clock.mark()
-            if a.kind == "I":
-                grad_in = runner.backward_input(mb, grad, **unit)
-            else:
-                grad_in = runner.backward(mb, grad, **unit)
-            t1 = clock.mark()
-            if not runner.is_first:
-                if s - 1 in st.runners:
-                    st.local_bwd[(s - 1, mb, g)] = grad_in
-                else:
-                    st.to_send[("B", s, mb, g)] = grad_in
-        elif a.kind == "W":
-            t0 = clock.mark()
-            runner.backward_weight(mb, **unit)
-            t1 = clock.mark()
-        else:
+        handler = _HANDLERS.get(a.kind)
+        if handler is None:
             raise RuntimeError(f"rank {ctx.rank}: unknown action kind {a.kind!r}")
-        stamps.append((i, a, a.kind, s, mb, t0, t1))
+        handler(loop, i, a)
         i += 1
     st.p2p.finish()
-    leftovers = [f"{k}" for k in (*st.local_fwd, *st.local_bwd, *st.to_send)]
+    leftovers = [f"{k}" for k in (*st.local, *st.to_send, *st.sent_early)]
     if leftovers or any(r.pending for r in st.runners.values()):
         raise RuntimeError(f"rank {ctx.rank}: step {step} ended with unfinished work {leftovers}")
     if ctx.device.type == "cuda":
         torch.cuda.synchronize(ctx.device)
+    return loop.timings(step)
+
+
+def _stage_steps(ctx: RankContext, copies: dict[int, Any], table: ExecutorTable
+                 ) -> list[StageStep]:
+    """One optimizer per (graph) stage of the rank (what the step boundary steps, validates and
+    rolls back), in the tail rule's order."""
+    spec = ctx.opts.optimizer_spec
     out = []
-    for idx, a, kind, s, mb, t0, t1 in stamps:
-        out.append(Timing(ctx.rank, step, idx, kind, s, mb, clock.ms(t0), clock.ms(t1),
-                          a.start if a is not None else None, a.end if a is not None else None))
+    for s in tail_order(table.actions[ctx.rank], sorted(copies)):
+        params = list(copies[s][1].values())
+        out.append(StageStep(s, params, spec.make(params)))
     return out
 
 
+def _boundary(ctx: RankContext, table: ExecutorTable, steps: list[StageStep], mode: str,
+              clock: Clock, step: int, actions: int) -> tuple[Boundary, list[Timing]]:
+    """Run the step boundary; its stamps as timings (predicted times: the table's, OPT only)."""
+    comm = ctx.device if ctx.opts.backend == "nccl" else torch.device("cpu")
+    b = Boundary(ctx.rank, list(table.placement), steps, ctx.opts.clip, clock.mark, comm)
+    STEP_HANDLERS[mode](b)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    pred = {s: (t0, t1) for s, t0, t1 in (table.predicted.get("step") or {}).get("optimizer", [])}
+    out = []
+    for k, (kind, stage, t0, t1) in enumerate(b.stamps):
+        p0, p1 = pred.get(stage, (None, None)) if kind == "OPT" else (None, None)
+        out.append(Timing(ctx.rank, step, actions + k, kind, stage, -1, clock.ms(t0),
+                          clock.ms(t1), p0, p1))
+    return b, out
+
+
 def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
-    """Run the table for ``opts.steps`` optimizer steps; returns this rank's records."""
-    S, m = table.stages, table.microbatches
-    mine = [s for s, r in enumerate(table.placement) if r == ctx.rank]
-    modules = work.stages
+    """Run the table for ``opts.steps`` optimizer steps; returns this rank's records.
+
+    Gradients and parameters are reported per replica ({replica: {name: tensor}}), after the
+    replicas' gradient sum: each replica's copy must equal the reference on its own."""
+    from zbsolve.export.executor import instance_of
+
+    layout = layout_of(table)
+    mode = step_mode_of(table, ctx.opts)
+    m = table.microbatches
+    inst = instance_of(table)
+    graph = TaskGraph.of(inst, (op for row in table.actions for a in row for op in a.ops))
+    copies = stage_copies(work, layout, ctx.rank)
+    sync_groups(layout, ctx.groups)
     memory = MemoryTracker()
     lengths = table_segments(table, work)
     if lengths is None:
         runners = {
-            s: work.make_runner(modules[s].to(ctx.device), s, S, work.loss_fn, 1.0 / m, memory)
-            for s in mine
+            s: work.make_runner(module.to(ctx.device), layout.model_stage(s),
+                                layout.model_stages, work.loss_fn, 1.0 / m, memory)
+            for s, (module, _) in copies.items()
         }
         shapes: tuple[tuple[int, ...], ...] = ()
     else:
         from zbsolve.runtime.segmented import SegmentedStageRunner
 
-        runners = {s: SegmentedStageRunner(modules[s].to(ctx.device), s, S, work.loss_fn,
-                                           1.0 / m, memory, lengths) for s in mine}
+        runners = {s: SegmentedStageRunner(module.to(ctx.device), layout.model_stage(s),
+                                           layout.model_stages, work.loss_fn, 1.0 / m, memory,
+                                           lengths)
+                   for s, (module, _) in copies.items()}
         b, _, h = work.boundary
         shapes = tuple((b, n, h) for n in lengths)
-    params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
-    opt = make_optimizer(list(params.values()), ctx.opts.lr)
+    params = {s: names for s, (_, names) in copies.items()}
+    stage_steps = _stage_steps(ctx, copies, table)
     p2p = P2P(ctx.device, work.boundary, ctx.opts.timeout_s,
               stage_via_host=ctx.opts.backend == "gloo" and ctx.device.type == "cuda",
               segment_shapes=shapes)
-    state = _RankState(runners, p2p, segmented=lengths is not None)
+    early = early_sends(table.actions[ctx.rank], mixed_batches=ctx.opts.backend == "gloo")
+    state = _RankState(ctx.rank, graph, runners, p2p, early, segmented=lengths is not None)
     clock = Clock(ctx.device)
     timings: list[Timing] = []
     steps: list[dict[str, Any]] = []
     cuda_peaks: list[int] = []
+    boundary: list[dict[str, Any]] = []
     for step in range(ctx.opts.steps):
         tokens, targets = work.batch(m, step)
-        opt.zero_grad(set_to_none=True)
+        for st in stage_steps:
+            st.opt.zero_grad(set_to_none=True)
         for r in runners.values():
             r.losses.clear()
         memory.reset_peak()
@@ -313,55 +510,137 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
         dist.barrier()
         clock.begin()
         timings += _run_step(ctx, table, state, work, tokens, targets, step, clock)
+        timings += _sync_step(ctx, layout, copies, step, clock)
         if ctx.device.type == "cuda":
             cuda_peaks.append(int(torch.cuda.max_memory_allocated(ctx.device)))
-        losses = runners[S - 1].losses if S - 1 in runners else {}
+        losses = {mb: x for s, r in runners.items() if s == graph.last[s]
+                  for mb, x in r.losses.items()}
         steps.append({
-            "losses": dict(losses),
-            "grads": {n: p.grad.detach().cpu().clone() for n, p in params.items()
-                      if p.grad is not None},
+            "losses": losses,
+            "grads": _per_replica(layout, params, lambda p: p.grad),
             "peak_bytes": memory.peak,
         })
-        opt.step()
-    final = {n: p.detach().cpu().clone() for n, p in params.items()}
+        hit = ctx.opts.inject_inf
+        if hit is not None and hit[0] == step and hit[1] in copies:
+            inject_inf(copies[hit[1]][1], injected_name(work, hit[1]))
+        b, stamps = _boundary(ctx, table, stage_steps, mode, clock, step,
+                              len(table.actions[ctx.rank]))
+        timings += stamps
+        boundary.append({"decision": b.decision.label if mode != "none" else "unchecked",
+                         "norm": b.decision.norm, "redone": b.redone,
+                         "rolled_back": b.rolled_back})
     notes = sorted({n for r in runners.values() for n in getattr(r, "notes", ())})
-    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks,
-            "notes": notes}
+    pairs = sum(t.kind == PAIR_KIND for t in timings)
+    return {"steps": steps, "params": _per_replica(layout, params, lambda p: p),
+            "timings": timings, "cuda_peaks": cuda_peaks, "notes": notes,
+            "overlap_f_b_ran": pairs, "sent_early": state.early_count, "boundary": boundary}
+
+
+def injected_name(work: Workload, stage: int) -> str:
+    """The parameter an injected Inf goes into: the stage's first, by the unsplit model's name
+    (one replica: graph stage = model stage)."""
+    return next(iter(work.names(work.stages[stage])))
+
+
+def _sync_step(ctx: RankContext, layout: ReplicaLayout, copies: dict[int, Any], step: int,
+               clock: Clock) -> list[Timing]:
+    """The replicas' gradient sum after the step's compute, stamped as SYNC of model stage s."""
+    stamps = sync_gradients(layout, ctx.rank, copies, ctx.groups, clock)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    return [Timing(ctx.rank, step, -1, "SYNC", s, -1, clock.ms(t0), clock.ms(t1), None, None)
+            for s, t0, t1 in stamps]
+
+
+def _per_replica(layout: ReplicaLayout, params: dict[int, dict[str, torch.nn.Parameter]],
+                 pick) -> dict[int, dict[str, torch.Tensor]]:
+    """{replica: {unsplit name: CPU copy of pick(param)}} over this rank's stage copies."""
+    out: dict[int, dict[str, torch.Tensor]] = {}
+    for s, names in params.items():
+        into = out.setdefault(layout.replica(s), {})
+        for n, p in names.items():
+            t = pick(p)
+            if t is not None:
+                into[n] = t.detach().cpu().clone()
+    return out
 
 
 # ---------------------------------------------------------------------- gathering on rank 0
-def _merge(gathered: list[dict[str, Any]], n_steps: int, m: int):
-    records, params = [], {}
-    for step in range(n_steps):
-        losses: dict[int, float] = {}
-        grads: dict[str, torch.Tensor] = {}
+def _merge(gathered: list[dict[str, Any]], n_steps: int, m: int, replicas: int = 1):
+    """Per replica: the step records (the shared loss, that copy's gradients) and its final
+    parameters."""
+    per_replica = []
+    for replica in range(replicas):
+        records, params = [], {}
+        for step in range(n_steps):
+            losses: dict[int, float] = {}
+            grads: dict[str, torch.Tensor] = {}
+            for g in gathered:
+                losses.update(g["steps"][step]["losses"])
+                grads.update(g["steps"][step]["grads"].get(replica, {}))
+            if len(losses) != m:
+                raise RuntimeError(f"step {step}: losses of {len(losses)} microbatches, "
+                                   f"expected {m}")
+            records.append(StepRecord(sum(losses[k] for k in sorted(losses)) / m, grads))
         for g in gathered:
-            losses.update(g["steps"][step]["losses"])
-            grads.update(g["steps"][step]["grads"])
-        if len(losses) != m:
-            raise RuntimeError(f"step {step}: losses of {len(losses)} microbatches, expected {m}")
-        records.append(StepRecord(sum(losses[k] for k in sorted(losses)) / m, grads))
-    for g in gathered:
-        params.update(g["params"])
-    return records, params
+            params.update(g["params"].get(replica, {}))
+        per_replica.append((records, params))
+    return per_replica
+
+
+def _compare_replicas(per_replica, ref) -> Comparison:
+    """Every replica's copy against the reference; the worst difference over all of them."""
+    results = [compare(records, params, ref) for records, params in per_replica]
+    if len(results) == 1:
+        return results[0]
+    worst = max(range(len(results)), key=lambda r: results[r].max_rel)
+
+    def each(field: str) -> list[str]:
+        return [f"replica {r}: {x}" for r, c in enumerate(results) for x in getattr(c, field)]
+
+    return Comparison(results[worst].max_rel, f"replica {worst}: {results[worst].worst}",
+                      sum(c.checked for c in results), each("missing"),
+                      nonfinite=each("nonfinite"), mismatched=each("mismatched"))
+
+
+def _copies_max_abs(per_replica) -> float | None:
+    """Largest |copy 0 - copy 1| over the final parameters (None with one replica): the two
+    copies of a stage must step identically."""
+    if len(per_replica) < 2:
+        return None
+    first, second = per_replica[0][1], per_replica[1][1]
+    return max((float((first[n] - second[n]).abs().max()) for n in first if n in second),
+               default=0.0)
 
 
 _REFERENCE_CACHE: dict[tuple, Any] = {}
 
 
+def train_spec(work: Workload, opts: RunOptions) -> TrainSpec:
+    """What the reference must do to take the run's steps."""
+    hit = opts.inject_inf
+    return TrainSpec(opts.optimizer_spec,
+                     None if hit is None else (hit[0], injected_name(work, hit[1])))
+
+
 def _reference(work: Workload, m: int, opts: RunOptions, device: torch.device):
-    key = (work.key, m, opts.steps, opts.lr, str(device))
+    train = train_spec(work, opts)
+    key = (work.key, m, opts.steps, train, str(device))
     if key not in _REFERENCE_CACHE:
-        _REFERENCE_CACHE[key] = work.reference(m, opts.steps, opts.lr, device)
+        _REFERENCE_CACHE[key] = work.reference(m, opts.steps, train, device)
     return _REFERENCE_CACHE[key]
 
 
 def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the report, the others None."""
+    if job.options:
+        ctx = dataclasses.replace(ctx, opts=dataclasses.replace(ctx.opts, **job.options))
     table = ExecutorTable.from_dict(job.table)
     check_table(table, ctx.world, job.model if is_layered(job.model) else GPTConfig(**job.model),
                 job.engine, allow_over_memory=ctx.opts.allow_over_memory)
-    work = workload_for(job.model, table.stages, table.instance)
+    layout = layout_of(table)
+    work = workload_for(job.model, layout.model_stages, table.instance)
+    mode = step_mode_of(table, ctx.opts)
     if job.engine == "ours":
         mine = run_ours(ctx, table, work)
     elif job.engine == "torch":
@@ -369,7 +648,10 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
 
         if job.torch_csv is None:
             raise ValueError("engine torch needs the torch CSV path (Job.torch_csv)")
-        mine = run_torch(ctx, table, work, job.torch_csv)
+        if mode != "none":
+            raise TableMismatch(f"step mode {mode}: engine torch runs torch's own step; the "
+                                "step boundary's modes run with engine ours")
+        mine = run_torch(ctx, table, work, job.torch_csv, job.overlap_function)
     else:
         raise ValueError(f"engine: expected one of {ENGINES}, got {job.engine!r}")
     timings = mine.pop("timings")
@@ -380,9 +662,12 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
     if ctx.rank != 0:
         return None
     assert gathered is not None and all_timings is not None
-    records, params = _merge(gathered, ctx.opts.steps, table.microbatches)
+    per_replica = _merge(gathered, ctx.opts.steps, table.microbatches, layout.replicas)
+    records = per_replica[0][0]
     ref = _reference(work, table.microbatches, ctx.opts, ctx.device)
-    cmp: Comparison = compare(records, params, ref)
+    cmp: Comparison = _compare_replicas(per_replica, ref)
+    decisions = [b["decision"] for b in gathered[0].get("boundary", [])]
+    decisions_ok = mode == "none" or decisions == ref.decisions
     flat = [Timing(**d) for per_rank in all_timings for d in per_rank]
     last = ctx.opts.steps - 1
     predicted_makespan = float(table.predicted.get("makespan", 0.0))
@@ -394,6 +679,10 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "device": str(ctx.device.type),
         "ranks": ctx.world,
         "stages": table.stages,
+        "replicas": layout.replicas,
+        "copies_max_abs_diff": _copies_max_abs(per_replica),
+        "overlap_f_b_ran": sum(g.get("overlap_f_b_ran", 0) for g in gathered),  # all steps
+        "sent_early": sum(g.get("sent_early", 0) for g in gathered),
         "microbatches": table.microbatches,
         "fused_bw": table.fused_bw,
         "model": work.summary,
@@ -409,7 +698,18 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         "nonfinite": cmp.nonfinite,
         "mismatched": cmp.mismatched,
         "rtol": ctx.opts.rtol,
-        "ok": cmp.ok(ctx.opts.rtol),
+        "ok": cmp.ok(ctx.opts.rtol) and decisions_ok,
+        "step_boundary": {
+            "mode": mode, "optimizer": ctx.opts.optimizer, "lr": ctx.opts.lr,
+            "clip": ctx.opts.clip, "inject_inf": ctx.opts.inject_inf,
+            "decisions": decisions, "reference_decisions": ref.decisions,
+            "decisions_match": decisions_ok,
+            "norms": [b["norm"] for b in gathered[0].get("boundary", [])],
+            "redone": [sorted(s for g in gathered for s in g["boundary"][k]["redone"])
+                       for k in range(len(decisions))],
+            "rolled_back": [sorted(s for g in gathered for s in g["boundary"][k]["rolled_back"])
+                            for k in range(len(decisions))],
+        },
         "peak_activation_bytes": [g["steps"][last]["peak_bytes"] for g in gathered],
         "cuda_max_memory_allocated": [g["cuda_peaks"][last] if g["cuda_peaks"] else None
                                       for g in gathered],
@@ -420,7 +720,8 @@ def run_job(ctx: RankContext, job: Job) -> dict[str, Any] | None:
         report["timing"] = {"step": last, "step_ms": step_ms, "mean_ms": {},
                             "predicted_makespan": predicted_makespan}
     else:
-        report["timing"] = summarize(flat, last, predicted_makespan)
+        report["timing"] = summarize(flat, last, predicted_makespan, table.predicted.get("step"),
+                                     boundary_counts=mode != "none")
         if job.trace:
             import json
 

@@ -9,7 +9,9 @@ modules (plain torch ops: no sink is active). Gradients are scaled by 1/m by tor
 
 This is also issue 4's loading test: our CSV in torch's runtime, gradients vs the reference.
 Only the step time is measured here (torch's runtime has no per-action hook we could time
-without changing what it runs).
+without changing what it runs). ``OVERLAP_F_B`` cells run through our custom function
+(:class:`zbsolve.runtime.overlap.TorchOverlapFB`, registered with torch's
+``register_custom_function``); torch without it would run the two halves in order.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from zbsolve.export.executor import ExecutorTable
-from zbsolve.runtime.reference import make_optimizer
+from zbsolve.runtime.overlap import TorchOverlapFB
 from zbsolve.runtime.workload import Workload
 
 
@@ -33,7 +35,10 @@ def write_csv_for(table: ExecutorTable, path: str) -> list[list[str]]:
     return write_torch_csv(instance_of(table), schedule_from_table(table), path)
 
 
-def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str) -> dict[str, Any]:
+def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str,
+              overlap_function: bool = True) -> dict[str, Any]:
+    """Run the CSV in torch's runtime; ``overlap_function=False`` leaves OVERLAP_F_B to torch's
+    default (the two halves in order, the forward's SEND after the pair)."""
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
@@ -44,13 +49,16 @@ def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str) -> dict[
     schedule = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=work.loss_fn,
                                         scale_grads=True)
     schedule._load_csv(csv_path)
+    overlap = TorchOverlapFB()
+    if overlap_function:  # OVERLAP_F_B cells: our custom function
+        overlap.install(schedule)
     inferred = [schedule.stage_index_to_group_rank[s] for s in range(S)]
     if inferred != list(table.placement):
         raise RuntimeError(
             f"torch inferred placement {inferred} from the CSV, the table has {table.placement}"
         )
     params = {n: p for s in mine for n, p in work.names(modules[s]).items()}
-    opt = make_optimizer(list(params.values()), ctx.opts.lr)
+    opt = ctx.opts.optimizer_spec.make(params.values())
     steps, cuda_peaks, timings = [], [], []
     for step in range(ctx.opts.steps):
         tokens, targets = work.batch(m, step)
@@ -66,17 +74,19 @@ def run_torch(ctx, table: ExecutorTable, work: Workload, csv_path: str) -> dict[
         if S - 1 in mine:
             kwargs = {"target": targets.to(ctx.device), "losses": losses}
         schedule.step(*args, **kwargs)
+        overlap.finish()
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
             cuda_peaks.append(int(torch.cuda.max_memory_allocated(ctx.device)))
         step_ms = (time.perf_counter() - t0) * 1e3
         steps.append({
             "losses": {i: float(x.detach()) for i, x in enumerate(losses)},
-            "grads": {n: p.grad.detach().cpu().clone() for n, p in params.items()
-                      if p.grad is not None},
+            "grads": {0: {n: p.grad.detach().cpu().clone() for n, p in params.items()
+                          if p.grad is not None}},
             "peak_bytes": 0,
             "step_ms": step_ms,
         })
         opt.step()
-    final = {n: p.detach().cpu().clone() for n, p in params.items()}
-    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks}
+    final = {0: {n: p.detach().cpu().clone() for n, p in params.items()}}
+    return {"steps": steps, "params": final, "timings": timings, "cuda_peaks": cuda_peaks,
+            "overlap_f_b_ran": overlap.ran, "sent_early": overlap.sent_early}

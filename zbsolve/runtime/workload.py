@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from zbsolve.runtime.reference import DEFAULT_LR, ReferenceRun
+from zbsolve.runtime.optim import TrainSpec
+from zbsolve.runtime.reference import ReferenceRun
 
 
 @dataclass
@@ -32,7 +33,8 @@ class Workload:
     batch: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
     microbatch: Callable[[torch.Tensor, int], torch.Tensor]
     boundary: tuple[int, ...]
-    reference: Callable[[int, int, float, torch.device], ReferenceRun]  # (m, steps, lr, device)
+    reference: Callable[[int, int, TrainSpec, torch.device], ReferenceRun]  # (m, steps, train,
+    #                                                                          device)
     key: tuple  # identifies the model for the reference cache
 
 
@@ -60,7 +62,7 @@ def gpt_workload(model: dict[str, Any], n_stages: int) -> Workload:
         batch=lambda m, step: make_batch(cfg, m, step),
         microbatch=lambda t, mb: microbatch(t, cfg, mb),
         boundary=(cfg.microbatch_size, cfg.seq, cfg.hidden),
-        reference=lambda m, steps, lr, device: run_reference(cfg, m, steps, lr, device),
+        reference=lambda m, steps, train, device: run_reference(cfg, m, steps, train, device),
         key=("gpt", cfg))
 
 
@@ -80,8 +82,8 @@ def layered_workload(model: dict[str, Any], n_stages: int, split: list[int] | No
         raise ModelSpecError(f"split {split} has {len(split)} stages, the table has {n_stages}")
     stages = built.stages(split)
 
-    def reference(m: int, steps: int, lr: float, device: torch.device) -> ReferenceRun:
-        return run_layered_reference(spec, m, steps, lr, device)
+    def reference(m: int, steps: int, train: TrainSpec, device: torch.device) -> ReferenceRun:
+        return run_layered_reference(spec, m, steps, train, device)
 
     fused = {}
     for index, stage in enumerate(stages):
@@ -108,16 +110,19 @@ def workload_for(model: dict[str, Any], n_stages: int, table_instance: dict[str,
     return layered_workload(model, n_stages, meta.get("split"), meta.get("fallbacks"))
 
 
-def run_layered_reference(spec, microbatches: int, steps: int = 2, lr: float = DEFAULT_LR,
+def run_layered_reference(spec, microbatches: int, steps: int = 2,
+                          train: TrainSpec | None = None,
                           device: str | torch.device = "cpu") -> ReferenceRun:
     """The unsplit model through its own forward, one process, vanilla autograd."""
-    from zbsolve.runtime.reference import StepRecord, make_optimizer
+    train = train or TrainSpec()
+    from zbsolve.runtime.optim import reference_step
+    from zbsolve.runtime.reference import StepRecord
 
     built = spec.build()
     model = built.reference.to(device)
     names = {built.param_names[id(p)]: p for p in model.parameters() if p.requires_grad}
-    opt = make_optimizer(list(names.values()), lr)
-    records = []
+    opt = train.optimizer.make(names.values())
+    records, decisions = [], []
     for step in range(steps):
         tokens, targets = built.batch(microbatches, step)
         opt.zero_grad(set_to_none=True)
@@ -126,6 +131,6 @@ def run_layered_reference(spec, microbatches: int, steps: int = 2, lr: float = D
         records.append(StepRecord(float(loss.detach()),
                                   {n: p.grad.detach().cpu().clone() for n, p in names.items()
                                    if p.grad is not None}))
-        opt.step()
+        decisions.append(reference_step(opt, names, train, step).label)
     params = {n: p.detach().cpu().clone() for n, p in names.items()}
-    return ReferenceRun(records, params)
+    return ReferenceRun(records, params, decisions)

@@ -361,6 +361,17 @@ def hint_sim_orders(inst: Instance, starts: dict[Op, float]) -> list[list[Op]]:
     return rows
 
 
+def _step_slack(si: Instance) -> int:
+    """How far past every device's end the step's implicit jobs may end (model units): a span
+    leaves them out (post-validation's check chain), so the span horizon makes room for their
+    longest chain. 0 without the step's jobs (the model stays as it was)."""
+    graph = TaskGraph(si)
+    if not graph.has_step:
+        return 0
+    implicit = list(graph.implicit_ops())
+    return int(sum(graph.duration(op) for op in implicit) + si.comm * len(implicit))
+
+
 def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
                 ) -> tuple[dict[Op, int], list[Pair], int | None, int | None]:
     """A schedule as a CP-SAT hint on the scaled instance: (integer starts, its overlapped
@@ -382,7 +393,7 @@ def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
         firsts = [min(starts[op] for op in row) for row in hint_sim_orders(si, starts)]
         if all(abs(a - b) < 0.5 for a, b in zip(firsts, h0)):
             ub = int(round(hint_sim.max_span))
-            horizon = int(max(h0)) + ub
+            horizon = int(max(h0)) + ub + _step_slack(si)
     return {k: int(round(v)) for k, v in starts.items()}, pairs, ub, horizon
 
 

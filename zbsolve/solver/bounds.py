@@ -91,7 +91,7 @@ def serial_schedule(inst: Instance) -> Schedule:
     """
     graph = TaskGraph(inst)
     orders: list[list[Op]] = [[] for _ in range(inst.devices)]
-    for op in graph.topological():
+    for op in graph.topological(implicit=False):  # the step's jobs are no order's
         d = graph.device(op)
         if d is not None:
             orders[d].append(op)
@@ -218,6 +218,9 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
                 for j in range(op.mb, inst.microbatches, R)}
         tail = {op._replace(mb=j): t for op, t in one.tail.items()
                 for j in range(op.mb, inst.microbatches, R)}
+        if graph.has_step:
+            _step_heads_tails(graph, head, tail)
+            return HeadsTails(head, tail, False)
         for op in graph.implicit_ops():
             head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
                            default=0.0)
@@ -229,6 +232,27 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
         return HeadsTails(head, tail, False)
     caps = memory_precedences(inst) if memory else None
     return _walk(graph, graph.topological(), True, source, caps)
+
+
+def _step_heads_tails(graph: TaskGraph, head: dict[Op, float], tail: dict[Op, float]) -> None:
+    """Heads and tails of the step's jobs (implicit ops and optimizer steps, in topological
+    order) on top of the units' copied ones, and the tails of the units' last ops through them.
+
+    The tails of the units' other ops stay what their own microbatch's walk gave (shorter than
+    the truth, so still valid); the tail rule's device order is not a graph edge and is left
+    out, which only makes heads and tails smaller (valid)."""
+    step = [*graph.implicit_ops(), *graph.tail_ops()]
+    for op in step:
+        head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
+                       default=0.0)
+    for op in reversed(step):
+        tail[op] = max((c + graph.min_duration(n) + tail[n] for n, c in graph.succs(op)),
+                       default=0.0)
+    for op in list(tail):
+        if op.kind in (Kind.W, Kind.B):
+            tail[op] = max([tail[op], *(c + graph.min_duration(n) + tail[n]
+                                        for n, c in graph.succs(op) if n in tail
+                                        and graph.device(n) is None)])
 
 
 def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None,
@@ -320,7 +344,7 @@ def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
 def _device_jobs(inst: Instance, ht: HeadsTails, tails: bool) -> list[list[tuple[float, float, float]]]:
     graph = TaskGraph(inst)
     return [[(ht.head[op], graph.min_duration(op), ht.tail[op] if tails else 0.0)
-             for op in graph.device_ops(d)] for d in range(inst.devices)]
+             for op in (*graph.device_ops(d), *graph.tail_ops(d))] for d in range(inst.devices)]
 
 
 def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:

@@ -241,8 +241,8 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
         """Hand the outputs of a finished op of device d to its successors (the graph's edges)."""
         for nxt, delay in succs(op):
             kind, s2, mb2, g2 = nxt
-            if kind == "SYNC":
-                continue  # the replicas' all-reduce: no device runs it
+            if kind == "SYNC" or mb2 < 0:
+                continue  # a step-level job (SYNC, the step boundary): in no device's order
             dd = place[s2]
             arrival = end + delay
             if K > 1:  # a segment's op may wait for two inputs: ready when both have come

@@ -16,7 +16,10 @@ the window's ops is cheap:
   the incumbent. Its objective is exact, not an estimate: with the orders after the window kept,
   each device's end is max over the window's exits of (exit end + delay + the longest path from
   there to that device's last op through the fixed orders), precomputed per window
-  (``_post_tails``); second, the sum of the devices' window ends (pack left);
+  (``_post_tails``); second, the sum of the devices' window ends (pack left). With the step
+  boundary (``zbsolve.step``) the fixed part after the window also holds the step's implicit
+  jobs and each device's optimizer steps (the tail rule, in the incumbent's order: the
+  simulator's earliest-ready order can only end sooner, so the objective is then an upper bound);
 * the new orders are re-timed by the simulator and accepted if the objective is no worse and the
   devices finish earlier. Memory after the window is unchanged by construction (same ops in the
   window; memory depends on the order only), and the simulator re-checks it anyway.
@@ -244,13 +247,20 @@ def _post_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult, hi_cut
     exact, not an estimate.
     """
     nxt: dict[Op, Op] = {}
-    post: list[Op] = list(graph.implicit_ops())  # they end the step (makespan), never a span
+    fixed: list[Op] = []
+    step_tail: list[Op] = []  # the devices' optimizer steps (rows end with them: _with_tails)
     for row, cut in zip(orders, hi_cut):
-        tail_ops = row[cut:]
-        post.extend(tail_ops)
-        nxt.update(zip(tail_ops, tail_ops[1:]))
+        after = row[cut:]
+        fixed += [o for o in after if not graph.is_tail(o)]
+        step_tail += reversed([o for o in after if graph.is_tail(o)])
+        nxt.update(zip(after, after[1:]))
+    # Successors first: the optimizer steps (nothing but the next one waits for them), the
+    # implicit ops against the graph's order (zero-length ones can tie in time), then the rest
+    # by start time. They end the step (makespan); only device ops end a span.
+    post = step_tail + list(reversed(list(graph.implicit_ops())))
+    post += sorted(fixed, key=lambda o: -sim.start[o])
     tails: dict[Op, dict[int, int]] = {}
-    for q in sorted(post, key=lambda o: -sim.start[o]):
+    for q in post:
         best: dict[int, int] = {}
         cands = [(r, c) for r, c in graph.succs(q) if r in tails]
         if q in nxt:
@@ -269,6 +279,13 @@ def _post_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult, hi_cut
             out[key] = max(out.get(key, 0), dq)
         tails[q] = out
     return tails
+
+
+def _with_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult) -> list[list[Op]]:
+    """Each device's order followed by its optimizer steps as the simulator ran them (the tail
+    rule): what comes after a window that reaches the end of a device's order."""
+    return [row + sorted(graph.tail_ops(d), key=lambda o: (sim.start[o], o.stage))
+            for d, row in enumerate(orders)]
 
 
 def _exit_vector(graph: TaskGraph, o: Op, tails: dict[Op, dict[int, int]]) -> dict[int, int]:
@@ -419,9 +436,11 @@ def improve(
         hi_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos + size))
         lo_cut = [min(a, b) for a, b in zip(lo_cut, hi_cut)]
         limit = min(cfg.window_time, max(left() - 0.05, 0.05))
-        new, optimal, n_win, dtime = _solve_window(si, orders, sim, lo_cut, hi_cut, objective,
-                                                   limit, cfg)
+        new, optimal, n_win, dtime = _solve_window(si, _with_tails(graph, orders, sim), sim,
+                                                   lo_cut, hi_cut, objective, limit, cfg)
         spent[0] += dtime
+        if new is not None and graph.has_step:
+            new = [[o for o in row if not graph.is_tail(o)] for row in new]
         stats.windows += 1
         stats.optimal_windows += int(optimal)
         pass_optimal = pass_optimal and optimal

@@ -69,8 +69,8 @@ class TimeScale:
 
     @staticmethod
     def choose(inst: Instance) -> TimeScale:
-        times = [x for x in (*_op_times(inst), *inst.sync, inst.comm, *_pair_works(inst))
-                 if x > 0]
+        times = [x for x in (*_op_times(inst), *inst.sync, inst.comm, *_pair_works(inst),
+                             *_step_times(inst)) if x > 0]
         t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
         if t_scale is None:
             raise ValueError(
@@ -105,6 +105,9 @@ class TimeScale:
         return self.time_error == 0.0 and self.memory_exact
 
 
+def _step_times(inst: Instance) -> list[float]:
+    """The step boundary's durations, when its jobs exist (``zbsolve.step``)."""
+    return inst.step.times() if inst.step.active else []
 def _op_times(inst: Instance) -> list[float]:
     """Every F, I, W duration an op can have (per segment when there are segments)."""
     return [x for key in ("F", "I", "W") for row in inst.segment_table(key) for x in row]
@@ -171,12 +174,12 @@ def scaled_instance(inst: Instance, scale: TimeScale) -> Instance:
         return dataclasses.replace(
             inst, **wholes, **{f"seg_{key}": table for key, table in tables.items()},
             sync=times(inst.sync), comm=float(scale.t(inst.comm)), params=mems(inst.params),
-            limit=limit)
+            limit=limit, step=inst.step.scaled(scale.t))
     return dataclasses.replace(
         inst, F=times(inst.F), I=times(inst.I), W=times(inst.W), sync=times(inst.sync),
         comm=float(scale.t(inst.comm)),
         activation=mems(inst.activation), weight=mems(inst.weight), params=mems(inst.params),
-        limit=limit,
+        limit=limit, step=inst.step.scaled(scale.t),
     )
 
 
@@ -212,7 +215,8 @@ class ScheduleModel:
         """Per-device orders by start time (ops of a device never overlap, so no ties)."""
         rows: list[list[Op]] = [[] for _ in range(self.inst.devices)]
         for op in sorted(self.interval, key=lambda o: (starts[o], o.kind != Kind.I)):
-            rows[self.graph.device(op)].append(op)
+            if not self.graph.is_tail(op):  # optimizer steps: placed by the tail rule
+                rows[self.graph.device(op)].append(op)
         return rows
 
     def entries(self, solver: cp_model.CpSolver) -> list[list[Entry]]:
@@ -222,7 +226,8 @@ class ScheduleModel:
         inside |= {c.backward._replace(kind=Kind.W) for c in chosen if c.with_weight}
         jobs: list[tuple[int, bool, int, Entry]] = [
             (solver.value(self.start[op]), op.kind != Kind.I, self.graph.device(op), op)
-            for op in self.interval if op not in inside]
+            for op in self.interval
+            if op not in inside and not self.graph.is_tail(op)]  # optimizer steps: tail rule
         jobs += [(solver.value(c.start), False, self.graph.device(c.forward), c.entry)
                  for c in chosen]
         rows: list[list[Entry]] = [[] for _ in range(self.inst.devices)]
@@ -327,6 +332,8 @@ def build_model(
     if secondary not in (None, "memory"):
         raise ValueError(f"secondary: expected None or 'memory', got {secondary!r}")
     b.devices(redundant, memory_model)
+    if b.graph.has_step:
+        b.step_tails(redundant)
     if secondary == "memory":
         b.memory_peaks()
     sm = b.objective(redundant, upper_bound)
@@ -540,6 +547,24 @@ class _Builder:
             _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
                         memory_model)
 
+    def step_tails(self, redundant: bool) -> None:
+        """Ensures each device runs its optimizer steps one at a time after its last pipeline
+        op (the tail rule, ``zbsolve.graph``), and moves the device's end past them."""
+        model = self.model
+        for d in range(self.si.devices):
+            tail = list(self.graph.tail_ops(d))
+            pipeline_end = self.last[d]
+            for op in tail:
+                model.add(self.start[op] >= pipeline_end)
+            if len(tail) > 1:
+                model.add_no_overlap([self.interval[op] for op in tail])
+            e = model.new_int_var(0, self.horizon, f"step_end{d}")
+            model.add(e >= pipeline_end)
+            for op in tail:
+                model.add(e >= self.end(op))
+            if redundant:
+                model.add(e >= pipeline_end + sum(self.dur[op] for op in tail))
+            self.last[d] = e
     def memory_peaks(self) -> None:
         """Ensures ``peaks[d]`` bounds device d's memory (resident + live lifetimes) at every
         instant, under its limit: a cumulative whose capacity is that variable."""
