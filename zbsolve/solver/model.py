@@ -108,6 +108,8 @@ class TimeScale:
 def _step_times(inst: Instance) -> list[float]:
     """The step boundary's durations, when its jobs exist (``zbsolve.step``)."""
     return inst.step.times() if inst.step.active else []
+
+
 def _op_times(inst: Instance) -> list[float]:
     """Every F, I, W duration an op can have (per segment when there are segments)."""
     return [x for key in ("F", "I", "W") for row in inst.segment_table(key) for x in row]
@@ -565,6 +567,7 @@ class _Builder:
             if redundant:
                 model.add(e >= pipeline_end + sum(self.dur[op] for op in tail))
             self.last[d] = e
+
     def memory_peaks(self) -> None:
         """Ensures ``peaks[d]`` bounds device d's memory (resident + live lifetimes) at every
         instant, under its limit: a cumulative whose capacity is that variable."""
