@@ -14,9 +14,15 @@ def test_cases_cover_the_issue_benchmark():
     cases = build_cases(REFERENCE)
     assert Counter(c.family for c in cases) == {
         "iclr-1p": 12, "iclr-2p": 12, "zbv": 9, "vmin": 9, "vhalf": 9, "small": 6, "large": 2,
-        "chimera": 4, "dualpipe": 8, "dualpipev": 8, "segments": 2,
-        "random": 30, "random-tight": 30}
+        "chimera": 4, "dualpipe": 8, "dualpipev": 8, "segments": 2, "random": 30,
+        "random-tight": 30}
     by_id = {c.id: c for c in cases}
+    # the random multi-chunk family: <= 800 ops, several stages per device, every limit binds
+    # somewhere between the least feasible and the unconstrained greedy's peak
+    rand = [c for c in cases if c.family.startswith("random")]
+    assert all(c.ops <= 800 and c.inst.chunks >= 2 and c.objective == "makespan" for c in rand)
+    assert {c.inst.placement_kind for c in rand} >= {"v", "loop", "explicit"}
+    assert all(x is not None for c in rand for x in c.inst.limit)
     assert by_id["iclr-1p/1.5b-p8-m24"].inst.limit == (8.0,) * 8
     assert by_id["iclr-2p/1.5b-p8-m24"].inst.limit == (16.0,) * 8
     assert by_id["vmin/p8-m16"].inst.limit == (8.0,) * 8

@@ -118,6 +118,9 @@ def test_memory_edges_follow_their_formulas():
         MemoryEdge("I", 3, 3, 1), MemoryEdge("W", 3, 3, 1)])
     assert memory_edges(inst.with_(limit=[6, 100]), 1) == []  # never binds: no edge
     assert memory_edges(inst.with_(replicas=2, microbatches=6), 1) == []  # gated
+    assert memory_edges(inst.with_(overlap={"FB": 0.8}), 1) == []  # pairs: gated
+    assert memory_edges(inst.with_(segments=2), 1) == []  # segments: gated
+    assert bounds.in_flight_caps(inst, 1) == {0: 2, 3: 1}
 
 
 def test_preemptive_bound_dominates_the_nested_families():

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import functools
 import math
 import os
 import platform
@@ -225,12 +226,15 @@ def random_instance(rng: random.Random, name: str, tight: bool = False) -> Insta
     return load_instance(data)
 
 
+@functools.cache
 def random_family(seed: int = RANDOM_SEED, n: int = RANDOM_COUNT, tight: bool = False
-                  ) -> list[Instance]:
-    """The published random family: the same ``seed`` gives the same instances everywhere."""
+                  ) -> tuple[Instance, ...]:
+    """The published random family: the same ``seed`` gives the same instances everywhere.
+    Cached: drawing the limits runs the greedy on every instance (seconds), and every
+    ``build_cases`` call (``bench --list`` included) needs the family."""
     rng = random.Random(seed)
     stem = "random-tight" if tight else "random"
-    return [random_instance(rng, f"{stem}-{k:02d}", tight) for k in range(n)]
+    return tuple(random_instance(rng, f"{stem}-{k:02d}", tight) for k in range(n))
 
 
 def random_cases(time_limit: float, tight: bool = False) -> list[Case]:

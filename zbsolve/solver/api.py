@@ -3,8 +3,9 @@
 Order of work, all inside one time budget (``budget.Budget``: ``time_limit`` covers the whole
 call): reject impossible memory limits; bound the optimum (``bounds.analytic_bound``); evaluate
 every hand-made schedule with the simulator, add the caller's hints, the I/W-split forms and
-the greedy list scheduler (the serial schedule when nothing else fits) and take the best one
-as the incumbent (hint and upper bound); run CP-SAT (or the large-instance method); then a
+the greedy list scheduler (the serial schedule when nothing else fits), on overlap instances
+the best few of them given overlapped F&B pairs (``pairing.pair_up``), and take the best one
+as the incumbent (hint, with its pairs, and upper bound); run CP-SAT (or the large-instance method); then a
 second, short CP-SAT phase that keeps the best step time and minimizes memory. Every phase's
 schedule is re-simulated and the best by ``ranking.rank_key`` (step time, then memory) is kept,
 so the result is never worse than any hint or phase, and every figure reported is the

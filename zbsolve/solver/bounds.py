@@ -163,8 +163,9 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
             or inst.overlap is not None or inst.offers_modes):
         # The argument walks one chain of unsegmented solo units: with replicas a device's
         # stages do not share microbatches, with segments a unit's memory is split over ops,
-        # a pair's forward starts with a backward that has not ended, and a recomputed or
-        # offloaded unit holds less than its activation between F and I.
+        # a pair's forward starts with a backward that has not ended (the count at the
+        # forward's start was not redone for pair timing), and a recomputed or offloaded unit
+        # holds less than its activation between F and I.
         return []
     limit -= inst.resident(d)
     m = inst.microbatches

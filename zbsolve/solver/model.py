@@ -109,6 +109,8 @@ class TimeScale:
 def _step_times(inst: Instance) -> list[float]:
     """The step boundary's durations, when its jobs exist (``zbsolve.step``)."""
     return inst.step.times() if inst.step.active else []
+
+
 def _op_times(inst: Instance) -> list[float]:
     """Every F, I, W duration an op can have (per segment when there are segments)."""
     return [x for key in ("F", "I", "W") for row in inst.segment_table(key) for x in row]
