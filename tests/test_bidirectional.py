@@ -230,3 +230,16 @@ def test_pair_up_merges_neighbours_only_where_the_simulator_says_it_helps():
     assert simulate(inst, sched).makespan == sim.makespan
     same, _ = pair_up(v_inst(4, 16), base)  # no overlap allowed: unchanged
     assert same is base
+
+
+def test_greedy_that_deadlocks_everywhere_is_reported_and_the_solver_still_answers():
+    """Chimera at its own peak (p = 4, m = 16): every greedy variant deadlocks; the greedy says so
+    (it once recursed without end) and the solver answers from the other candidates."""
+    from zbsolve.bench_bidirectional import _two_replicas, at_own_peak
+    from zbsolve.solver.heuristic import GreedyDeadlock, GreedyParams, heuristic_schedule
+
+    inst, chimera = at_own_peak("chimera", _two_replicas(4, 16, None))
+    with pytest.raises(GreedyDeadlock, match="every greedy variant deadlocked"):
+        heuristic_schedule(inst, "makespan", [GreedyParams()])
+    res = solve(inst, SolveOptions(time_limit=5, workers=1, seed=0))
+    assert res.sim.feasible and res.objective_value <= chimera + 1e-6

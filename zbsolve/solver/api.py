@@ -195,7 +195,7 @@ def _greedy(inst: Instance, objective: str, budget: Budget) -> _Candidate | None
     family does. Deterministic mode runs every variant. It schedules keep only: on an
     instance with memory modes it runs on the keep form, where keep's minimum fits."""
     from zbsolve.solver.bounds import InfeasibleMemoryError
-    from zbsolve.solver.heuristic import heuristic_schedule
+    from zbsolve.solver.heuristic import GreedyDeadlock, heuristic_schedule
 
     keep = inst.with_modes(("keep",)) if inst.offers_modes else inst
     seconds = budget.share(GREEDY_SHARE)
@@ -206,6 +206,8 @@ def _greedy(inst: Instance, objective: str, budget: Budget) -> _Candidate | None
     except OutOfTime:
         return None
     except InfeasibleMemoryError:  # below what keep needs; the modes' candidates remain
+        return None
+    except GreedyDeadlock:  # the other candidates remain (the serial one always fits)
         return None
     if keep is not inst:
         sim = simulate(inst, sched)

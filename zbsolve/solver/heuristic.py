@@ -65,6 +65,11 @@ class _Deadlock(RuntimeError):
     """A non-reserving variant painted itself into a corner; the caller drops that variant."""
 
 
+class GreedyDeadlock(RuntimeError):
+    """No greedy variant finishes (e.g. two replicas at a limit only their own family meets);
+    ``heuristic_schedule`` raises it instead of returning nothing."""
+
+
 @dataclass(frozen=True)
 class GreedyParams:
     """One variant of the greedy rules.
@@ -437,8 +442,11 @@ def heuristic_schedule(
         tried.append((params.label(), key[0]))
         if best is None or key < best[0]:
             best = (key, sched, result)
-    if best is None:  # only non-reserving variants were asked for and all deadlocked
-        return heuristic_schedule(inst, objective, [GreedyParams()])
+    if best is None:
+        if variants != [GreedyParams()]:  # every asked-for variant deadlocked: the plain one
+            return heuristic_schedule(inst, objective, [GreedyParams()])
+        raise GreedyDeadlock("every greedy variant deadlocked under this memory limit (the "
+                             "callers fall back to the hand-made and serial schedules)")
     _, sched, result = best
     sched.name = "heuristic"
     sched.meta["variants_tried"] = tried

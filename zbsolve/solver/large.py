@@ -46,7 +46,7 @@ from zbsolve.ops import Kind, Op
 from zbsolve.schedule import Schedule, split_backward
 from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
 from zbsolve.solver.bounds import device_lower_bounds, first_head, heads_tails
-from zbsolve.solver.heuristic import OBJECTIVES, heuristic_schedule
+from zbsolve.solver.heuristic import OBJECTIVES, GreedyDeadlock, heuristic_schedule
 
 TOL = 1e-6
 
@@ -506,9 +506,13 @@ def solve_large(
     starts: list[tuple[float, str, Schedule]] = []
     given = _as_list(hints)
     if greedy and not any("variants_tried" in h.meta for h in given):  # no greedy among hints
-        heur, heur_sim = heuristic_schedule(
-            inst, objective, time_limit=None if cfg.deterministic else max(1.0, 0.2 * time_limit))
-        starts.append((heur_sim.value(objective), "heuristic", heur))
+        try:
+            heur, heur_sim = heuristic_schedule(
+                inst, objective,
+                time_limit=None if cfg.deterministic else max(1.0, 0.2 * time_limit))
+            starts.append((heur_sim.value(objective), "heuristic", heur))
+        except GreedyDeadlock:  # the hints remain
+            pass
     for h in given:
         try:
             sim = simulate(inst, h)
@@ -516,6 +520,8 @@ def solve_large(
             continue
         if sim.feasible:
             starts.append((sim.value(objective), h.name, h))
+    if not starts:  # no greedy schedule and no feasible hint: nothing to improve
+        return None, None
     starts.sort(key=lambda x: x[0])
     value, name, first = starts[0]
     left = time_limit - (time.perf_counter() - t0)
