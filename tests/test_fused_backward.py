@@ -85,3 +85,11 @@ def test_cli_fused_backward_writes_a_schedule_torch_1f1b_runtimes_can_run(tmp_pa
     csv = tmp_path / "s.csv"
     assert main(["export", str(out), "--format", "torch-csv", "-o", str(csv)]) == 0
     assert only_fused(load_schedule(csv))
+
+
+def test_a_fused_hint_is_taken_and_the_answer_is_never_worse():
+    inst = make_instance(p=3, m=6, F=1.0, I=1.5, W=0.5, comm=0.2, activation=1.0, weight=0.3)
+    hint = generate("1f1b", inst)
+    result = solve_fused(inst, SolveOptions(time_limit=5, workers=1, seed=0), [hint])
+    assert only_fused(result.schedule)
+    assert result.objective_value <= simulate(inst, hint).makespan + 1e-9

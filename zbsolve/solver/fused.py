@@ -23,7 +23,7 @@ import dataclasses
 
 from zbsolve.instance import Instance
 from zbsolve.ops import Kind, Pair
-from zbsolve.schedule import Entry, Schedule
+from zbsolve.schedule import Entry, Schedule, split_backward
 from zbsolve.simulate import validate
 
 
@@ -70,7 +70,8 @@ def solve_fused(inst: Instance, options=None, hints=()):
 
     options = options or SolveOptions()
     reduced = fused_problem(inst)
-    found = solve(reduced, options, [split_to_reduced(h) for h in hints])
+    # a fused hint is a schedule of the fused problem once each B is written as I' then W'
+    found = solve(reduced, options, [split_backward(h) for h in hints])
     sched = fuse_every_backward(found.schedule)
     sim = validate(inst, sched)
     value = sim.value(options.objective)
@@ -93,9 +94,3 @@ def solve_fused(inst: Instance, options=None, hints=()):
         gap=gap, baseline=best.name if best else None, baseline_value=base_value,
         baselines=baselines)
 
-
-def split_to_reduced(sched: Schedule) -> Schedule:
-    """A fused hint as a schedule of the fused problem: each B as I' then W' (same place)."""
-    from zbsolve.schedule import split_backward
-
-    return split_backward(sched)
