@@ -31,4 +31,9 @@ def test_worked_example_runs(tmp_path, capsys):
     for name in ("schedule.csv", "torchtitan.toml", "overrides.txt", "command.sh"):
         assert (tmp_path / "titan" / name).exists()
     rows = (tmp_path / "titan" / "schedule.csv").read_text().splitlines()
-    assert len(rows) == 2 and all(len(r.split(",")) == 2 * 8 * 3 for r in rows)
+    # every rank runs each of its 2 stages' 8 microbatches once: F, then B or I and W
+    assert len(rows) == 2
+    for row in rows:
+        kinds = [re.fullmatch(r"\d+([FIWB])\d+", c).group(1) for c in row.split(",")]
+        assert kinds.count("F") == 16 and kinds.count("B") + kinds.count("I") == 16
+        assert kinds.count("B") + kinds.count("W") == 16
