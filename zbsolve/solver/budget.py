@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+REPEAT = 0.05  # seconds between rings once a phase's alarm has gone off (see Budget.alarm)
+
 
 class OutOfTime(BaseException):
     """A phase's share of the budget is spent (a BaseException: no ``except Exception`` inside
@@ -79,7 +81,9 @@ class Budget:
                 raise OutOfTime()
 
         previous = signal.signal(signal.SIGALRM, ring)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        # rings again every REPEAT seconds: a raise that lands in a weakref callback or a
+        # __del__ is printed and lost by Python, and the next ring then stops the phase
+        signal.setitimer(signal.ITIMER_REAL, seconds, REPEAT)
         try:
             yield
         finally:
