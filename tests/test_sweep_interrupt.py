@@ -108,3 +108,24 @@ def test_ctrl_c_during_a_real_cp_sat_solve_caches_nothing_cut_short(tmp_path):
     for entry in (out / "cache").glob("*.json"):  # a finished case only: optimal or timed out
         row = json.loads(entry.read_text())["row"]
         assert row["status"] == "optimal" or row["solve_time"] >= 59, row
+
+
+def _blocked_signals() -> list[int]:
+    return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+
+
+def test_a_worker_is_born_with_sigint_blocked():
+    """A Ctrl-C that lands while a spawned worker still imports zbsolve (before its initializer
+    ignores SIGINT) must not print a KeyboardInterrupt traceback from it: the worker inherits a
+    blocked SIGINT from the submit, and the parent gets its mask back afterwards."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from zbsolve.sweep.runner import _sigint_blocked
+
+    before = _blocked_signals()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with _sigint_blocked():
+            fut = pool.submit(_blocked_signals)
+        assert int(signal.SIGINT) in fut.result(timeout=120)
+    assert _blocked_signals() == before

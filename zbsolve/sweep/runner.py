@@ -16,12 +16,14 @@ its per-limit results are monotone; with more jobs a case gets what has finished
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
@@ -410,8 +412,9 @@ def _solve_in_workers(todo: list[Case], config: SweepConfig, solve_fn: SolveFn,
                 while queue and len(pending) < config.jobs:
                     case = queue.pop(0)
                     SOLVER_CALLS += 1
-                    fut = pool.submit(solve_case, case, config.params, solve_fn,
-                                      hints.hints_for(case))
+                    with _sigint_blocked():  # submit may spawn a worker
+                        fut = pool.submit(solve_case, case, config.params, solve_fn,
+                                          hints.hints_for(case))
                     pending[fut] = case
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
@@ -437,6 +440,28 @@ def _solve_in_workers(todo: list[Case], config: SweepConfig, solve_fn: SolveFn,
             _terminate(pool)
             raise
         pool.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while a worker may be spawned.
+
+    A spawned worker inherits the blocked mask across exec, so a Ctrl-C that lands while it is
+    still importing (before ``_worker_init`` runs) cannot print a KeyboardInterrupt traceback
+    from it. The parent loses nothing: the signal stays pending here and is delivered (as
+    KeyboardInterrupt) the moment the block is lifted, or at once through another thread.
+    """
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not \
+            threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _worker_init() -> None:
