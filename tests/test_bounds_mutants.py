@@ -1,13 +1,202 @@
 """Behaviour tests that kill ``solver/bounds.py``'s mutants (results/mutation/README.md, part 3):
-bound values pinned on small instances, each worked out by hand in a comment."""
+bound values pinned on small instances, each worked out by hand in a comment, and the helpers'
+exact results. No CP-SAT here (mutmut runs these against every mutant); the bounds' validity
+against proven optima is ``test_bounds.py``."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_instance
 
-from zbsolve.solver.bounds import critical_path
+from zbsolve.instance import load_instance
+from zbsolve.ops import Op
+from zbsolve.solver import bounds
+from zbsolve.solver.bounds import InfeasibleMemoryError, check_memory, critical_path, min_memory_limit
+
+# loop placement, p=2, v=2: device 0 holds stages 0 and 2, device 1 holds 1 and 3
+FOUR = dict(activation=[1, 2, 3, 4], weight=[0.25, 0.5, 0.75, 1])
 
 
 def test_critical_path_is_the_longest_chain_with_its_delays():
     # p=2, m=1, all ops 1, comm 0.5: F0 -0.5-> F1 -> I1 -0.5-> I0 -> W0: 1+0.5+1+1+0.5+1+1 = 6
     assert critical_path(make_instance(p=2, m=1, comm=0.5)) == 6.0
+
+
+# ---------------------------------------------------------------- memory
+def test_min_memory_limit_sums_a_devices_activations_on_top_of_its_params():
+    inst = make_instance(p=2, m=2, v=2, memory={**FOUR, "params": [0.5, 0, 0.25, 0]})
+    # device 0: params 0.5 + 0.25, activations 1 + 3; device 1: 2 + 4
+    assert min_memory_limit(inst) == [4.75, 6.0]
+    assert check_memory(inst) == [4.75, 6.0]  # no limit: fits
+
+
+def test_too_small_limits_are_named_with_every_devices_minimum():
+    inst = make_instance(p=2, m=2, v=2, memory={**FOUR, "params": [0.5, 0, 0.25, 0],
+                                                 "limit": [1, 6]})
+    with pytest.raises(InfeasibleMemoryError) as err:
+        check_memory(inst)
+    assert str(err.value) == (
+        "memory.limit: no schedule fits (device 0: limit 1 < 4.75). Every schedule holds the "
+        "weights of its stages (memory.params) and one activation of each stage of a device at "
+        "once; set memory.limit to at least [4.75, 6.0] (per device); or offer recompute: "
+        "{R, kept} / offload: {fraction, d2h}, which lower it to one live activation plus what "
+        "they keep of the other stages")
+    assert err.value.min_limit == [4.75, 6.0]
+    assert check_memory(inst.with_(limit=[4.75, 6])) == [4.75, 6.0]  # exactly the minimum fits
+
+
+def test_too_small_limit_without_params_or_with_one_stage_per_device():
+    with pytest.raises(InfeasibleMemoryError) as err:
+        check_memory(make_instance(p=2, m=2, activation=2, limit=[1, 3]))
+    assert str(err.value) == (
+        "memory.limit: no schedule fits (device 0: limit 1 < 2). Every schedule holds one "
+        "activation of each stage of a device at once; set memory.limit to at least [2.0, 2.0] "
+        "(per device)")
+
+
+def test_recompute_lowers_the_minimum_to_one_live_activation_plus_what_it_keeps():
+    # device 0: stage 0 live (1), then stage 2 live (1) while stage 0 keeps 0.25: 1.25
+    inst = make_instance(p=2, m=2, v=2, limit=1, recompute={"R": 0.5, "kept": 0.25})
+    assert bounds.cheapest_mode(inst, 0) == "recompute"
+    with pytest.raises(InfeasibleMemoryError) as err:
+        check_memory(inst)
+    assert str(err.value) == (
+        "memory.limit: no schedule fits (device 0: limit 1 < 1.25; device 1: limit 1 < 1.25). "
+        "Every schedule holds one live activation plus what the cheapest memory mode keeps of "
+        "the device's other stages (recompute offered); set memory.limit to at least "
+        "[1.25, 1.25] (per device)")
+
+
+def test_cheapest_mode_keeps_on_a_tie():
+    inst = make_instance(p=2, m=2, recompute={"R": 0.5, "kept": 1.0})  # keeps all it has
+    assert [bounds.cheapest_mode(inst, s) for s in (0, 1)] == ["keep", "keep"]
+
+
+# ---------------------------------------------------------------- helpers
+def test_knapsack_lp_vertices():
+    lp = bounds._knapsack_lp
+    assert lp([(2, 3)], -0.1, 4) == 0.0 and lp([(2, 3)], 5, 0) == 0.0
+    assert lp([(2, 3)], 5, 4) == 7.5  # x = min(4, 5 / 2) = 2.5
+    assert lp([(0, 2)], 1, 3) == 6.0  # costs no memory: x = count
+    # max 2 x1 + 4 x2, x1 + 3 x2 <= 6, x1 + x2 <= 3: the pair vertex: x1 = (6 - 3*3) / (1 - 3) = 1.5, x2 = 1.5: 1.5*2 + 1.5*4 = 9,
+    # above either item alone (3*2 = 6; min(3, 6/3)*4 = 8)
+    assert lp([(1, 2), (3, 4)], 6, 3) == 9.0
+    # the pair's vertex has x1 = (10 - 9) / (1 - 3) < 0: not a vertex; item 2 alone: 3*4 = 12
+    assert lp([(1, 1), (3, 4)], 10, 3) == 12.0
+    assert lp([(2, 1), (2, 3)], 4, 3) == 6.0  # equal memories: no pair vertex; 2*3
+    assert lp([], 4, 3) == 0.0
+
+
+def test_pending_states_of_two_stages():
+    inst = make_instance(p=2, m=2, v=2, I=[1, 2, 3, 4], W=[0.5, 1, 1.5, 2], memory=FOUR)
+    # stages 0 and 2: none waits for I (each may wait for W: weight, W), stage 0 waits for I
+    # (activation 1, I + W = 1.5; stage 2 done or waiting for W), or both wait for I
+    assert bounds._pending_states(inst, [0, 2]) == [
+        (0.0, 0.0, False), (0.25, 0.5, False), (0.75, 1.5, False), (1.0, 2.0, False),
+        (1.0, 1.5, False), (1.75, 3.0, False), (4.0, 6.0, True)]
+
+
+def _tokens(sched):
+    return [[str(op) for op in row] for row in sched.orders]
+
+
+def test_serial_schedule_runs_one_microbatch_at_a_time():
+    s = bounds.serial_schedule(make_instance(p=2, m=2))
+    assert s.name == "serial"
+    assert _tokens(s) == [["0F0", "0I0", "0W0", "0F1", "0I1", "0W1"],
+                          ["1F0", "1I0", "1W0", "1F1", "1I1", "1W1"]]
+
+
+def test_serial_schedule_puts_every_unit_in_its_cheapest_mode():
+    # offload keeps 0 of the activation (fraction 1): its copy out O right after the forward,
+    # the copy back L before the backward; recompute's R before the backward
+    off = bounds.serial_schedule(make_instance(p=2, m=2, offload={"fraction": 1.0, "d2h": 0.5}))
+    assert _tokens(off)[0] == ["0F0", "0O0", "0L0", "0I0", "0W0", "0F1", "0O1", "0L1", "0I1", "0W1"]
+    rec = bounds.serial_schedule(make_instance(p=2, m=2, recompute={"R": 0.5, "kept": 0.25}))
+    assert _tokens(rec)[1] == ["1F0", "1R0", "1I0", "1W0", "1F1", "1R1", "1I1", "1W1"]
+
+
+def test_device_lower_bounds_are_first_start_plus_work():
+    # device 0 starts at 0, device 1 after 0F0 and the hand-off (1 + 0.5); work 2 * (1+1+1) = 6
+    assert bounds.device_lower_bounds(make_instance(p=2, m=2, comm=0.5)) == [6.0, 7.5]
+    # v=2: each device runs 2 stages * 4 microbatches * 3 = 24; device 1's first op is 1F0 at 1.5
+    assert bounds.device_lower_bounds(make_instance(p=2, m=4, v=2, comm=0.5)) == [24.0, 25.5]
+
+
+def test_min_memory_limit_of_replicas_takes_the_larger_replica():
+    # replicas 2, p=2: device 0 holds stage 0 (replica 0, activation 1) and stage 3 (replica 1,
+    # logical stage 1: activation 2); they never share a microbatch: max(1, 2) = 2, not 1 + 2
+    inst = load_instance({"devices": 2, "microbatches": 2, "replicas": 2,
+                          "times": {"F": 1, "I": 1, "W": 1}, "memory": {"activation": [1, 2]}})
+    assert [inst.stages_of(d) for d in (0, 1)] == [[0, 3], [1, 2]]
+    assert min_memory_limit(inst) == [2.0, 2.0]
+
+
+def test_min_memory_limit_walks_every_stage_of_a_device():
+    # v=3, p=2: device 0 holds stages 0, 2, 4 (activations 1, 1, 1): 3; small activations stay
+    # small (0.5 + 0.5 = 1, no unit floor)
+    assert min_memory_limit(make_instance(p=2, m=2, v=3)) == [3.0, 3.0]
+    assert min_memory_limit(make_instance(p=2, m=2, activation=0.5)) == [0.5, 0.5]
+    # recompute keeps 0.25 of stage 0's 4: stage 0 live (4) is the peak, not 0.25 + 1 of stage 2
+    inst = make_instance(p=2, m=2, v=2, memory={"activation": [4, 1, 1, 1]},
+                         recompute={"R": 0.5, "kept": 0.25})
+    assert min_memory_limit(inst) == [4.0, 1.25]
+
+
+# ---------------------------------------------------------------- per-device bounds
+def test_device_tails_count_only_paths_back_to_the_device():
+    # p=2, m=1, I = [2, 1], comm 0.5. Device 1: 1F0 -> 1I0 -> 1W0 (1 each): tails 2, 1, 0; the
+    # path 1I0 -> 0I0 (0.5 + 2) ends on device 0 and never comes back: it does not count.
+    # Device 0: 0F0 -> 1F0 -> 1I0 -> 0I0 -> 0W0: 0.5 + 1 + 1 + 0.5 + 2 + 1 = 6.
+    inst = make_instance(p=2, m=1, I=[2, 1], comm=0.5)
+    ht = bounds.heads_tails(inst)
+    F, I, W = (lambda s: Op("F", s, 0)), (lambda s: Op("I", s, 0)), (lambda s: Op("W", s, 0))
+    assert bounds.device_tails(inst, ht, 1) == {F(1): 2.0, I(1): 1.0, W(1): 0.0}
+    assert bounds.device_tails(inst, ht, 0) == {F(0): 6.0, I(0): 1.0, W(0): 0.0}
+    # makespan: device 0's 0F0 + tail 6 = 7 (the critical path); spans: device 0 the same 7,
+    # device 1 its own 3 ops (its tails end on it)
+    assert bounds.device_makespan_bounds(inst) == [7.0, 7.0]
+    assert bounds.device_span_bounds(inst) == [7.0, 3.0]
+    # without the tails the heads alone give it: 0W0 starts at 6 at the earliest, ends at 7
+    assert bounds.device_span_bounds(inst, own_tails=False) == [7.0, 3.0]
+
+
+# ---------------------------------------------------------------- memory_end_bounds
+def test_memory_end_bound_of_one_stage_per_device():
+    # p=2, m=4, all ops 1, activation 1, limit 2 on both devices (needs 4 to hold every forward).
+    # Device 0: h_F = 0, h_I = head of 0I0 = 1F0... 0F0 + 1F0 + 1I0 = 3; at most cap = 2 forwards
+    # (x = 2) run before it, so >= 3 - 2 = 1 idle before 3, then all work 4 * 3 = 12: 13. The end
+    # window: y = max over n in {0, 1} of n (I + W) + (m - 1 - n) W = max(3, 4) = 4, plus 0F3 and
+    # the full state (I + W): 7 >= the chain 0F0..0W0 = 4 + 1 = 5, so it adds nothing.
+    # Device 1: h_F = 1, h_I = 2: 2 - min(2, 2 - 1) + 12 = 13.
+    assert bounds.memory_end_bounds(make_instance(p=2, m=4, limit=2)) == [13.0, 13.0]
+    # device 0 with I = W = 1 and device 1 with I = W = 0.5: device 0 as above but h_I = 2.5:
+    # 2.5 - 2 + 12 = 12.5; device 1: 2 - 1 + 4 * 2 = 9
+    inst = make_instance(p=2, m=4, I=[1, 0.5], W=[1, 0.5], limit=2)
+    assert bounds.memory_end_bounds(inst) == [12.5, 9.0]
+    assert bounds.analytic_bound(inst) == 12.5
+
+
+def test_memory_end_bound_needs_a_binding_limit_and_few_stages():
+    # device 0 can hold all 4 * 2 activations (limit 1e9): None; device 1 (limit 2) gets a bound
+    assert bounds.memory_end_bounds(make_instance(p=2, m=4, v=2, limit=[1e9, 2]))[0] is None
+    assert bounds.memory_end_bounds(make_instance(p=2, m=4, limit=None)) == [None, None]
+    # resident params count against the limit: limit 3 - params 1 = 2 behaves as limit 2 above
+    inst = make_instance(p=2, m=4, memory={"activation": 1, "params": 1, "limit": 3})
+    assert bounds.memory_end_bounds(inst) == [13.0, 13.0]
+    # five stages on one device: only with max_stages >= 5 (then at least the work 6 * 5 * 3)
+    five = make_instance(p=1, m=6, v=5, limit=6)
+    assert bounds.memory_end_bounds(five) == [None]
+    assert bounds.memory_end_bounds(five, max_stages=5) == [90.0]
+
+
+@pytest.mark.parametrize("extra", [dict(segments=2), dict(overlap={"FB": 0.8}),
+                                   dict(recompute={"R": 0.5, "kept": 0.25})])
+def test_memory_end_bound_is_gated_off_where_its_argument_does_not_hold(extra):
+    assert bounds.memory_end_bounds(make_instance(p=2, m=4, v=2, limit=2, **extra)) == [None, None]
+
+
+def test_memory_end_bound_is_gated_off_for_replicas():
+    inst = load_instance({"devices": 2, "microbatches": 4, "replicas": 2,
+                          "times": {"F": 1, "I": 1, "W": 1}, "memory": {"limit": 1}})
+    assert bounds.memory_end_bounds(inst) == [None, None]
