@@ -200,3 +200,40 @@ def test_memory_end_bound_is_gated_off_for_replicas():
     inst = load_instance({"devices": 2, "microbatches": 4, "replicas": 2,
                           "times": {"F": 1, "I": 1, "W": 1}, "memory": {"limit": 1}})
     assert bounds.memory_end_bounds(inst) == [None, None]
+
+
+def test_span_bounds_use_the_devices_own_tails():
+    # SMALL_37 (test_bounds.py, optimum span 115): device 1's own tails add 2 to its span bound
+    from test_bounds import SMALL_37
+
+    inst = load_instance(SMALL_37)
+    assert bounds.device_span_bounds(inst) == [92.0, 97.0]
+    assert bounds.device_span_bounds(inst, own_tails=False) == [92.0, 95.0]
+
+
+STEP = {"mode": "sync", "optimizer": 3, "allreduce": 1, "check": 2}
+
+
+def test_heads_and_tails_through_the_step():
+    """p=2, m=2, all ops 1, step sync: allreduce 1 per stage after its last W, one CHECK (2)
+    after both, then each stage's optimizer (3)."""
+    inst = make_instance(p=2, m=2, step=STEP)
+    ht = bounds.heads_tails(inst, ordered=False)
+    # heads (one microbatch's walk, copied): 0F 0, 1F 1, 1I 2, 1W 3, 0I 3, 0W 4;
+    # 1AR after 1W (3 + 1 = 4), 0AR after 0W (5), CHECK after both ARs: max(4, 5) + 1 = 6,
+    # OPT after CHECK: 6 + 2 = 8.
+    # tails: OPT 0, CHECK 3 (its OPT), AR 2 + 3 = 5, the last W of each stage 1 + 5 = 6 (through
+    # the step); the other ops keep their microbatch's own tails (0I 1, 1I 2, 1F 3, 0F 4).
+    got = {str(op): (ht.head[op], ht.tail[op]) for op in ht.head}
+    assert got == {
+        "0F0": (0.0, 4.0), "0F1": (0.0, 4.0), "1F0": (1.0, 3.0), "1F1": (1.0, 3.0),
+        "1I0": (2.0, 2.0), "1I1": (2.0, 2.0), "0I0": (3.0, 1.0), "0I1": (3.0, 1.0),
+        "1W0": (3.0, 6.0), "1W1": (3.0, 6.0), "0W0": (4.0, 6.0), "0W1": (4.0, 6.0),
+        "1AR": (4.0, 5.0), "0AR": (5.0, 5.0), "CHECK": (6.0, 3.0),
+        "0OPT": (8.0, 0.0), "1OPT": (8.0, 0.0)}
+    # the chain 0F 1F 1I 0I 0W (5), 0AR 1, CHECK 2, OPT 3: 11
+    assert bounds.critical_path(inst) == 11.0
+    # device 0 (ordered heads): 0I0 0I1 0W0 0W1 start at >= 3, take 4, and after the last come
+    # AR + CHECK + OPT = 6: 3 + 4 + 6 = 13
+    assert bounds.device_makespan_bounds(inst)[0] == 13.0
+    assert bounds.analytic_bound(inst) == 13.0
