@@ -237,3 +237,29 @@ def test_heads_and_tails_through_the_step():
     # AR + CHECK + OPT = 6: 3 + 4 + 6 = 13
     assert bounds.device_makespan_bounds(inst)[0] == 13.0
     assert bounds.analytic_bound(inst) == 13.0
+
+
+def test_memory_edges_net_of_params_and_only_below_m():
+    # one stage per device, activation 1, weight 0.5, limit 2: I(s, j) -> F(s, j + L) with
+    # L = floor(2 / 1) = 2; W(s, j) -> F(s, j + L) with L = floor((2 - 1) / 0.5) + 1 = 3
+    E = bounds.MemoryEdge
+    inst = make_instance(p=2, m=4, weight=0.5, limit=2)
+    assert bounds.memory_edges(inst, 0) == [E("I", 0, 0, 2), E("W", 0, 0, 3)]
+    assert bounds.in_flight_caps(inst, 0) == {0: 2}  # the I edge's lag, not the W edge's
+    # params 1 under a limit of 3 leave the same 2 for activations
+    with_params = make_instance(p=2, m=4, memory={"activation": 1, "weight": 0.5, "params": 1,
+                                                  "limit": 3})
+    assert bounds.memory_edges(with_params, 0) == [E("I", 0, 0, 2), E("W", 0, 0, 3)]
+    # lags of m or more never bind (there is no microbatch j + m): with m = 3 the W edge goes
+    assert bounds.memory_edges(inst.with_(microbatches=3), 0) == [E("I", 0, 0, 2)]
+
+
+def test_one_machine_bound_by_hand():
+    omb = bounds._one_machine_bound
+    assert omb([]) == 0.0
+    assert omb([(0.0, 0.25, 0.25)]) == 0.5  # below 1: nothing rounds up
+    # A = (0, 4, 1) runs 0-1; B = (1, 2, 10) is released at 1 with a larger tail and preempts
+    # it: B 1-3, 3 + 10 = 13; A resumes 3-6, 6 + 1 = 7: 13
+    assert omb([(0, 4, 1), (1, 2, 10)]) == 13
+    # three jobs released at once: the largest tail first, 0-1 (+5), 1-3 (+3), 3-6 (+1): 7
+    assert omb([(0, 3, 1), (0, 1, 5), (0, 2, 3)]) == 7
