@@ -263,3 +263,58 @@ def test_one_machine_bound_by_hand():
     assert omb([(0, 4, 1), (1, 2, 10)]) == 13
     # three jobs released at once: the largest tail first, 0-1 (+5), 1-3 (+3), 3-6 (+1): 7
     assert omb([(0, 3, 1), (0, 1, 5), (0, 2, 3)]) == 7
+
+
+def test_ordered_heads_follow_the_microbatch_chains():
+    # p=2, m=2, all ops 1, in microbatch order: 0F1 after 0F0 (1), 1F1 after 0F1 and 1F0 (2),
+    # 1I1 after 1F1 and 1I0 (3), 0I1 after 1I1 and 0I0 (4), 0W1 after 0W0 (5), 1W1 after 1W0 (4)
+    inst = make_instance(p=2, m=2)
+    ordered = {str(op): h for op, h in bounds.heads_tails(inst).head.items()}
+    assert ordered == {"0F0": 0.0, "0F1": 1.0, "1F0": 1.0, "1F1": 2.0, "1I0": 2.0, "1I1": 3.0,
+                       "0I0": 3.0, "0I1": 4.0, "0W0": 4.0, "0W1": 5.0, "1W0": 3.0, "1W1": 4.0}
+    unordered = bounds.heads_tails(inst, ordered=False).head
+    assert unordered[Op("F", 0, 1)] == 0.0 and unordered[Op("W", 0, 1)] == 4.0  # no chains
+
+
+def test_heads_from_a_source_walk_its_microbatch_only():
+    # from 0F1's start: 0F1 0, 1F1 1, 1I1 2, 1W1 3, 0I1 3, 0W1 4; microbatch 0 is not walked
+    inst = make_instance(p=2, m=2)
+    ht = bounds.heads_tails(inst, ordered=False, source=Op("F", 0, 1))
+    assert {str(op): h for op, h in ht.head.items()} == {
+        "0F1": 0.0, "1F1": 1.0, "1I1": 2.0, "1W1": 3.0, "0I1": 3.0, "0W1": 4.0}
+
+
+def test_analytic_bound_objectives_and_defaults():
+    inst = make_instance(p=1, m=1, F=0.1, I=0.1, W=0.1)  # one device: 0.3 of work
+    assert bounds.analytic_bound(inst) == pytest.approx(0.3)  # the default is makespan
+    assert bounds.analytic_bound(inst, "span") == pytest.approx(0.3)
+    with pytest.raises(ValueError) as err:
+        bounds.analytic_bound(inst, "bubble")
+    assert str(err.value) == "objective: expected 'makespan' or 'span', got 'bubble'"
+
+
+def test_span_bound_counts_the_memory_end_from_the_devices_first_start():
+    # p=2, m=3, F = [2, 1], I = 2, W = [2, 3], limits 2 and 1 (activation 1).
+    # Device 0 (F 2, I 2, W 2; cap 2): h_I = 2 + 1 + 2 = 5, x = 2 * 2 = 4: 5 - 4 = 1 idle, work
+    #   3 * 6 = 18: 19; end window y = max(0 + 2 * 2, 4 + 1 * 2) + F 2 + I + W 4 = 12 >= the
+    #   chain 2 + 1 + 2 + 2 + W 2 = 9: nothing more. 19.
+    # Device 1 (F 1, I 2, W 3; cap 1): h_F = 2, h_I = 3, x = 1: 3 - 1 = 2, work 18: 20; y = 2 * 3
+    #   + 1 + 5 = 12 >= the chain 1 + 2 + 3 = 6. 20, from its first start at 2: a span of 18.
+    inst = make_instance(p=2, m=3, F=[2, 1], I=2, W=[2, 3], limit=[2, 1])
+    assert bounds.memory_end_bounds(inst) == [19.0, 20.0]
+    assert bounds.analytic_bound(inst, "span") == 19.0  # max(19 - 0, 20 - 2) and the spans' 19
+    assert bounds.analytic_bound(inst) == 20.0
+
+
+# found by a search over small two-chunk instances: the memory end bound above every device's
+# head-body-tail bound (69 > 68); CP-SAT's optimum (results/mutation/README.md, part 3) is above
+MEMORY_DECIDES = {"devices": 2, "microbatches": 5, "chunks": 2, "placement": "loop",
+                  "times": {"F": [2, 1, 1, 2], "I": 2, "W": [3, 1, 3, 1]},
+                  "memory": {"activation": 1, "limit": 2}}
+
+
+def test_the_memory_end_bound_can_decide_the_makespan_bound():
+    inst = load_instance(MEMORY_DECIDES)
+    assert bounds.memory_end_bounds(inst) == [69.0, 48.0]
+    assert max(bounds.device_makespan_bounds(inst)) == 68.0
+    assert bounds.analytic_bound(inst) == 69.0
