@@ -318,3 +318,33 @@ def test_the_memory_end_bound_can_decide_the_makespan_bound():
     assert bounds.memory_end_bounds(inst) == [69.0, 48.0]
     assert max(bounds.device_makespan_bounds(inst)) == 68.0
     assert bounds.analytic_bound(inst) == 69.0
+
+
+def test_heads_and_tails_of_two_replicas_through_their_syncs():
+    """replicas 2, p=2, m=2, all ops 1, sync 2: microbatch 0 runs stages 0, 1 (devices 0, 1),
+    microbatch 1 stages 2, 3 (devices 1, 0); each SYNC joins a model stage's two copies."""
+    inst = load_instance({"devices": 2, "microbatches": 2, "replicas": 2,
+                          "times": {"F": 1, "I": 1, "W": 1}, "sync": 2})
+    ht = bounds.heads_tails(inst, ordered=False)
+    # each microbatch walks only its own replica's stages: F 0, F 1, I 2, W 3, I 3, W 4;
+    # 0SYNC after 0W0 and 2W1 (both end at 5), 1SYNC after 1W0 and 3W1 (end 4); every W's tail
+    # is at least its SYNC (2), the I's keep their W (1), a SYNC ends the step (0)
+    assert {str(op): (ht.head[op], ht.tail[op]) for op in ht.head} == {
+        "0F0": (0.0, 4.0), "1F0": (1.0, 3.0), "1I0": (2.0, 2.0), "1W0": (3.0, 2.0),
+        "0I0": (3.0, 1.0), "0W0": (4.0, 2.0),
+        "2F1": (0.0, 4.0), "3F1": (1.0, 3.0), "3I1": (2.0, 2.0), "3W1": (3.0, 2.0),
+        "2I1": (3.0, 1.0), "2W1": (4.0, 2.0),
+        "0SYNC": (5.0, 0.0), "1SYNC": (4.0, 0.0)}
+    assert bounds.critical_path(inst) == 7.0  # F F I I W (5) + SYNC 2
+    assert bounds.device_lower_bounds(inst) == [6.0, 6.0]  # both start at 0 (0F0, 2F1), work 6
+
+
+def test_device_tails_without_the_microbatch_chains():
+    # p=2, m=2, all ops 1. Unordered: 0F0 -> 1F0 -> 1I0 -> 0I0 -> 0W0: 4, 0I0 -> 0W0: 1.
+    # Ordered, 0W0 -> 0W1 adds 1 to each: 5, 2, 1.
+    inst = make_instance(p=2, m=2)
+    F, I, W = (lambda j: Op("F", 0, j)), (lambda j: Op("I", 0, j)), (lambda j: Op("W", 0, j))
+    plain = bounds.device_tails(inst, bounds.heads_tails(inst, ordered=False), 0)
+    assert plain == {F(0): 4.0, I(0): 1.0, W(0): 0.0, F(1): 4.0, I(1): 1.0, W(1): 0.0}
+    chained = bounds.device_tails(inst, bounds.heads_tails(inst), 0)
+    assert chained == {F(0): 5.0, I(0): 2.0, W(0): 1.0, F(1): 4.0, I(1): 1.0, W(1): 0.0}
