@@ -348,3 +348,32 @@ def test_device_tails_without_the_microbatch_chains():
     assert plain == {F(0): 4.0, I(0): 1.0, W(0): 0.0, F(1): 4.0, I(1): 1.0, W(1): 0.0}
     chained = bounds.device_tails(inst, bounds.heads_tails(inst), 0)
     assert chained == {F(0): 5.0, I(0): 2.0, W(0): 1.0, F(1): 4.0, I(1): 1.0, W(1): 0.0}
+
+
+def test_memory_end_bound_adds_the_chain_the_end_window_cannot_hold():
+    # p=3, m=4, all ops 1, comm 1, only device 0 limited (limit 1: one microbatch in flight).
+    # h_I = head of 0I0 = 0F0 1 +1 1F0 1 +1 2F0 1, 2I0 1 +1 1I0 1 +1 = 9; x = 1 forward before
+    # it: 9 - 1 = 8; work 4 * 3 = 12. End window: y = (m - 1) * W = 3 (n = 0, weight 0), plus
+    # 0F3 1 and the full state's I + W 2: 6; the chain from 0F0 to 0W0 is 9 + 1 + 1 = 11, so
+    # 11 - 6 = 5 more: 8 + 12 + 5 = 25
+    assert bounds.memory_end_bounds(make_instance(p=3, m=4, comm=1, limit=[1, 10, 10])) == [
+        25.0, None, None]
+    # weight 0.5, limit 2: cap 2, x = 2: 9 - 2 = 7; y = max over n = 0 (left 1: k = min(3,
+    # 1 / 0.5) = 2 W's: 2), n = 1 (left 0: one I + W, 2): 2, + 1 + 2 = 5; 11 - 5 = 6: 7 + 12 + 6
+    inst = make_instance(p=3, m=4, comm=1, weight=0.5, limit=[2, 10, 10])
+    assert bounds.memory_end_bounds(inst) == [25.0, None, None]
+
+
+def test_memory_end_bound_of_two_stages_by_their_knapsacks():
+    # p=2, v=2 (device 0: stages 0, 2), m=3, all ops 1, comm 1, device 0 limit 2.
+    # h_I = head of 2I0: 0F 1 +1 1F 1 +1 2F 1 +1 3F 1, 3I 1 +1 = 9. Start: prefixes (memory,
+    # work) (1, 1), (2, 2), at most m = 3 of them in 2: x = 2; 9 - 2 = 7; work 3 * 2 * 3 = 18.
+    # End: the full state (both wait for I) holds 2 and has I + W = 4 left; room 2 - 2 = 0
+    # leaves the W-only states (memory 0): (m - 1) * 2 = 4; y = 4 + 2F 1 + 4 = 9. The chain from
+    # 2F0 to 0W0: 2F 1 +1 3F 1 3I 1 +1 2I 1 +1 1I 1 +1 0I 1 0W 1 = 11: 11 - 9 = 2. 7 + 18 + 2 = 27
+    assert bounds.memory_end_bounds(make_instance(p=2, m=3, v=2, comm=1, limit=[2, 10])) == [
+        27.0, None]
+    # weight 0.5, limit 3: x = 3 (prefix (1, 1) three times): 9 - 3 = 6; room 3 - 2 = 1, two
+    # states of the 0.5-weight W's (work 1 each): 2; y = 2 + 1 + 4 = 7; 11 - 7 = 4: 6 + 18 + 4
+    inst = make_instance(p=2, m=3, v=2, comm=1, weight=0.5, limit=[3, 10])
+    assert bounds.memory_end_bounds(inst) == [28.0, None]
