@@ -377,3 +377,42 @@ def test_memory_end_bound_of_two_stages_by_their_knapsacks():
     # states of the 0.5-weight W's (work 1 each): 2; y = 2 + 1 + 4 = 7; 11 - 7 = 4: 6 + 18 + 4
     inst = make_instance(p=2, m=3, v=2, comm=1, weight=0.5, limit=[3, 10])
     assert bounds.memory_end_bounds(inst) == [28.0, None]
+
+
+def test_memory_end_bound_terms_on_a_three_stage_pipeline():
+    """p=3, comm 1, F = I = 1, only device 0 limited: h_I = 9 (four hand-offs), the chain from
+    0F0 to 0W0's end 9 + I + W. Each case: idle before h_I + work + max(chain - y, 0)."""
+    def end_bound(**kw):
+        return bounds.memory_end_bounds(make_instance(p=3, comm=1, **kw))[0]
+
+    # all m = 4 activations fit exactly (4 * 1 = 4): no bound
+    assert bounds.memory_end_bounds(make_instance(p=2, m=4, limit=[4, 4])) == [None, None]
+    # limit 2, weight 0: cap 2, x = 2: 7 idle-adjusted; y = max(3 W, 1 (I + W) + 2 W) = 4,
+    # + F + I + W = 7; chain 11: 7 + 12 + (11 - 7) = 23
+    assert end_bound(m=4, limit=[2, 100, 100]) == 23.0
+    # activation 2, weight 1, limit 4: cap 4 / 2 = 2, x = 2: 7; y: n = 0 leaves 4 - 2 = 2 for
+    # 2 / 1 = 2 W's: 2; n = 1 leaves 0: I + W = 2; y = 2 + 1 + 2 = 5; 7 + 12 + (11 - 5) = 25
+    assert end_bound(m=4, activation=2, weight=1, limit=[4, 100, 100]) == 25.0
+    # m = 2, W = 0.5, limit 1: x = 1: 8; y = 1 W = 0.5 (below 1), + 1 + 1.5 = 3; chain
+    # 9 + 1 + 0.5 = 10.5: 8 + 2 * 2.5 + 7.5 = 20.5
+    assert end_bound(m=2, W=0.5, limit=[1, 100, 100]) == 20.5
+    # W = 2, weight 0.25, limit 3: cap 3, x = 3: 6; y = max(n=0: 3 W's = 6 (room for 8),
+    # n=1: I + W + 2 W's = 7, n=2: 2 (I + W) = 6) = 7, + 1 + 3 = 11; chain 9 + 1 + 2 = 12:
+    # 6 + 4 * 4 + 1 = 23
+    assert end_bound(m=4, W=2, weight=0.25, limit=[3, 100, 100]) == 23.0
+
+
+def test_memory_end_bound_counts_light_w_states():
+    # p=2, v=2, m=3, comm 1, W = 0.5, limit 2: as the knapsack test above, but the W-only
+    # states carry 0.5 and 1.0 of work: y = (m - 1) * 1.0 + 1 + 3 = 6; chain 10 + 0.5 = 10.5;
+    # 7 + 3 * 2 * 2.5 + 4.5 = 26.5
+    assert bounds.memory_end_bounds(make_instance(p=2, m=3, v=2, comm=1, W=0.5,
+                                                  limit=[2, 10])) == [26.5, None]
+
+
+def test_heads_from_a_source_are_zero_where_it_does_not_reach():
+    # from 1F1's start: 0F1 is not reachable (0), 1I1 1, 1W1 2, 0I1 2, 0W1 3
+    inst = make_instance(p=2, m=2)
+    ht = bounds.heads_tails(inst, ordered=False, source=Op("F", 1, 1))
+    assert {str(op): h for op, h in ht.head.items()} == {
+        "0F1": 0.0, "1F1": 0.0, "1I1": 1.0, "1W1": 2.0, "0I1": 2.0, "0W1": 3.0}
