@@ -387,7 +387,7 @@ def test_memory_end_bound_terms_on_a_three_stage_pipeline():
 
     # all m = 4 activations fit exactly (4 * 1 = 4): no bound
     assert bounds.memory_end_bounds(make_instance(p=2, m=4, limit=[4, 4])) == [None, None]
-    # limit 2, weight 0: cap 2, x = 2: 7 idle-adjusted; y = max(3 W, 1 (I + W) + 2 W) = 4,
+    # limit 2, weight 0: cap 2, x = 2: 9 - 2 = 7; y = max(3 W, 1 (I + W) + 2 W) = 4,
     # + F + I + W = 7; chain 11: 7 + 12 + (11 - 7) = 23
     assert end_bound(m=4, limit=[2, 100, 100]) == 23.0
     # activation 2, weight 1, limit 4: cap 4 / 2 = 2, x = 2: 7; y: n = 0 leaves 4 - 2 = 2 for
@@ -416,3 +416,51 @@ def test_heads_from_a_source_are_zero_where_it_does_not_reach():
     ht = bounds.heads_tails(inst, ordered=False, source=Op("F", 1, 1))
     assert {str(op): h for op, h in ht.head.items()} == {
         "0F1": 0.0, "1F1": 0.0, "1I1": 1.0, "1W1": 2.0, "0I1": 2.0, "0W1": 3.0}
+
+
+def test_too_small_limit_names_every_mode_offered_and_rounds_to_nine_digits():
+    inst = make_instance(p=2, m=2, v=2, limit=1, recompute={"R": 0.5, "kept": 0.25},
+                         offload={"fraction": 0.5, "d2h": 0.5})
+    with pytest.raises(InfeasibleMemoryError) as err:
+        check_memory(inst)
+    assert "other stages (recompute, offload offered); set memory.limit to at least " \
+           "[1.25, 1.25] (per device)" in str(err.value)  # recompute keeps 0.25 < offload 0.5
+    with pytest.raises(InfeasibleMemoryError) as err:
+        check_memory(make_instance(p=1, m=2, activation=1 / 3, limit=0.1))
+    assert str(err.value).endswith("set memory.limit to at least [0.333333333] (per device)")
+    assert err.value.min_limit == [1 / 3]
+
+
+def test_serial_schedule_takes_each_stages_own_mode_and_leaves_the_step_out():
+    # stage 0 recomputes (keeps 0.25), stage 1 keeps (recompute would keep all 1.0 of it)
+    inst = make_instance(p=2, m=2, recompute={"R": 0.5, "kept": [0.25, 1.0]})
+    assert _tokens(bounds.serial_schedule(inst)) == [
+        ["0F0", "0R0", "0I0", "0W0", "0F1", "0R1", "0I1", "0W1"],
+        ["1F0", "1I0", "1W0", "1F1", "1I1", "1W1"]]
+    # the optimizer steps run by the tail rule, after the order: not listed in it
+    stepped = bounds.serial_schedule(make_instance(p=2, m=2, step=STEP))
+    assert _tokens(stepped)[0] == ["0F0", "0I0", "0W0", "0F1", "0I1", "0W1"]
+
+
+def test_heads_through_a_post_validation_step_count_the_norms_hand_off():
+    # p=2, m=1, comm 1, post-validation: 0F 0-1 +1, 1F 2-3, 1I 3-4, 1W 4-5 +1, 0I 5-6, 0W 6-7;
+    # each AR (1) after its stage's W, each OPT (1) after its AR; 0NORM (0) after 0AR at 8,
+    # 1NORM after 1AR (6) and 0NORM + the hand-off 1: 9
+    inst = make_instance(p=2, m=1, comm=1, step={"mode": "post-validation", "optimizer": 1,
+                                                 "allreduce": 1})
+    ht = bounds.heads_tails(inst, ordered=False)
+    heads = {str(op): h for op, h in ht.head.items()}
+    assert heads == {"0F0": 0.0, "1F0": 2.0, "1I0": 3.0, "1W0": 4.0, "0I0": 5.0, "0W0": 6.0,
+                     "0AR": 7.0, "1AR": 5.0, "0NORM": 8.0, "1NORM": 9.0, "0OPT": 8.0,
+                     "1OPT": 6.0}
+    assert bounds.critical_path(inst) == 9.0  # 0W0 6 + 1 + AR 1 + OPT 1 (or 1NORM at 9)
+
+
+def test_ordered_heads_from_a_source():
+    # from 1F1's start, with the microbatch chains: microbatch 0 is not reached (0); 1I1 1,
+    # 1W1 2, 0I1 2, 0W1 3
+    inst = make_instance(p=2, m=2)
+    ht = bounds.heads_tails(inst, source=Op("F", 1, 1))
+    assert {str(op): h for op, h in ht.head.items() if h} == {
+        "1I1": 1.0, "1W1": 2.0, "0I1": 2.0, "0W1": 3.0}
+    assert len(ht.head) == 12
