@@ -425,3 +425,33 @@ def test_every_input_of_an_op_is_checked_after_a_same_rank_one():
     assert static_errors(dataclasses.replace(table, actions=rows)) == [
         "rank 1 position 6: sends 1B0.1's output before computing it (position 8)",
         "rank 1 position 5 (1B0): runs before 1B0.1 at position 8 on the same rank"]
+
+
+def test_memory_mode_actions_are_compute_not_orphan_comms():
+    """A recompute table: 0R0 (the recomputed forward) is a compute action of its rank; it
+    needs no SEND/RECV. Without it the unit is a kept one (the table's ops say which mode a
+    unit runs in): only the batch numbers, which counted 0R0 as a separator, are off."""
+    from zbsolve.solver.bounds import serial_schedule
+
+    inst = make_instance(p=2, m=2, comm=0.5, recompute={"R": 0.5, "kept": 0.25})
+    table = lower(inst, serial_schedule(inst))
+    assert " ".join(a.token for a in table.actions[0]) == (
+        "0F0 0SEND_F0 0R0 0RECV_B0 0I0 0W0 0F1 0SEND_F1 0R1 0RECV_B1 0I1 0W1")
+    assert static_errors(table) == []
+    assert [(r.ok, r.transfers) for r in require_safe(table)] == [(True, 4), (True, 4)]
+    rows = [list(r) for r in table.actions]
+    del rows[0][_find(rows[0], "0R0")]
+    assert static_errors(dataclasses.replace(table, actions=rows)) == [
+        f"rank 0 position 2 (0RECV_B0): batch 1, expected 0 {BATCH}",
+        f"rank 0 position 6 (0SEND_F1): batch 2, expected 1 {BATCH}",
+        f"rank 0 position 8 (0RECV_B1): batch 3, expected 2 {BATCH}"]
+
+
+def test_blocking_scan_goes_on_past_a_rank_whose_peer_has_finished():
+    """Rank 0 sends to rank 1, which has nothing left; ranks 2 and 3 still match their pair."""
+    rows = [[_comm("SEND_F", 0, 0, 1, 1, 0)], [],
+            [_comm("SEND_F", 0, 0, 3, 1, 0)], [_comm("RECV_F", 1, 0, 2, 0, 0)]]
+    report = check(_table(rows=rows, placement=[0, 1, 2, 3]), "blocking", static=[])
+    assert report.transfers == 1
+    assert report.stuck == [
+        "rank 0 stuck at position 0: 0SEND_F0 (send to rank 1); rank 1 has finished"]
