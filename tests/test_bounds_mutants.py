@@ -85,6 +85,16 @@ def test_knapsack_lp_vertices():
     assert lp([(1, 1), (3, 4)], 10, 3) == 12.0
     assert lp([(2, 1), (2, 3)], 4, 3) == 6.0  # equal memories: no pair vertex; 2*3
     assert lp([], 4, 3) == 0.0
+    assert lp([(0, 2)], -1, 3) == 0.0  # no room at all: not even memory-free work counts
+    assert lp([(1, 2)], 5, 1) == 2.0  # one microbatch: x = min(1, 5)
+    # the pair (0, 2) of four items: 9 (the others add nothing: they do no work)
+    assert lp([(1, 2), (5, 0), (3, 4), (6, 0)], 6, 3) == 9.0
+    # memories 0.5 apart: max x1 + 3 x2, 0.5 x2 <= 1, x1 + x2 <= 3: x1 = 1, x2 = 2: 7 (> 2 * 3)
+    assert lp([(0, 1), (0.5, 3)], 1, 3) == 7.0
+    # an equal-memory pair is skipped, the pairs after it are still tried: 9
+    assert lp([(1, 2), (1, 1), (3, 4)], 6, 3) == 9.0
+    # the pair's vertex has x2 = -0.5 (x1 = 3.5): not a vertex; 3 * 4 = 12, not 3.5 * 4 - 0.5
+    assert lp([(3, 4), (1, 1)], 10, 3) == 12.0
 
 
 def test_pending_states_of_two_stages():
@@ -237,6 +247,10 @@ def test_heads_and_tails_through_the_step():
     # AR + CHECK + OPT = 6: 3 + 4 + 6 = 13
     assert bounds.device_makespan_bounds(inst)[0] == 13.0
     assert bounds.analytic_bound(inst) == 13.0
+    # the unordered heads and tails say so (no microbatch chains in the device tails either):
+    # 0F0 -> 1F0 -> 1I0 -> 0I0 -> 0W0 = 4, as without the step
+    plain = bounds.device_tails(inst, ht, 0)
+    assert plain[Op("F", 0, 0)] == 4.0 and plain[Op("W", 0, 0)] == 0.0
 
 
 def test_memory_edges_net_of_params_and_only_below_m():
@@ -335,6 +349,7 @@ def test_heads_and_tails_of_two_replicas_through_their_syncs():
         "2F1": (0.0, 4.0), "3F1": (1.0, 3.0), "3I1": (2.0, 2.0), "3W1": (3.0, 2.0),
         "2I1": (3.0, 1.0), "2W1": (4.0, 2.0),
         "0SYNC": (5.0, 0.0), "1SYNC": (4.0, 0.0)}
+    assert set(ht.tail) == set(ht.head)  # each replica's ops copied to its own microbatches only
     assert bounds.critical_path(inst) == 7.0  # F F I I W (5) + SYNC 2
     assert bounds.device_lower_bounds(inst) == [6.0, 6.0]  # both start at 0 (0F0, 2F1), work 6
 
@@ -400,6 +415,9 @@ def test_memory_end_bound_terms_on_a_three_stage_pipeline():
     # n=1: I + W + 2 W's = 7, n=2: 2 (I + W) = 6) = 7, + 1 + 3 = 11; chain 9 + 1 + 2 = 12:
     # 6 + 4 * 4 + 1 = 23
     assert end_bound(m=4, W=2, weight=0.25, limit=[3, 100, 100]) == 23.0
+    # W = 2, weight 0.5, limit 2: cap 2, x = 2: 7; y = max(n=0: 1 / 0.5 = exactly 2 W's = 4,
+    # n=1: I + W = 3) = 4, + 1 + 3 = 8; chain 12: 7 + 16 + 4 = 27
+    assert end_bound(m=4, W=2, weight=0.5, limit=[2, 100, 100]) == 27.0
 
 
 def test_memory_end_bound_counts_light_w_states():
