@@ -361,6 +361,30 @@ def test_torch_csv_ext_writes_mode_cells_in_row_order(tmp_path):
     assert report.p2p_checks  # the lowered table was proved deadlock-free
 
 
+def test_torch_csv_ext_mode_cells_read_back_to_the_same_schedule(tmp_path):
+    from zbsolve.export import write
+    from zbsolve.export.torch_csv import parse_cell, read_torch_csv
+
+    assert parse_cell("3RS12") == ([Op("RS", 3, 12)], None)
+    assert parse_cell("3O12") == ([Op("O", 3, 12)], None)
+    assert parse_cell(" 3L12 ") == ([Op("L", 3, 12)], None)
+    assert parse_cell("3R12") == ([Op("R", 3, 12)], None)
+    with pytest.raises(ValueError, match=r"bad token '3X12'.*<R\|RS\|O\|L>"):
+        parse_cell("3X12")
+    inst, sched = _mixed()
+    rows = [list(row) for row in sched.orders]
+    rows[2].insert(1, Op("RS", 2, 0))  # selective needs its fields: a second instance
+    sel = inst.with_(recompute={"R": 1, "kept": 0.1, "R_selective": 0.5, "kept_selective": 0.3})
+    for i, (instance, schedule) in enumerate(((inst, sched), (sel, Schedule(rows, name="sel")))):
+        out = tmp_path / f"ext{i}.csv"
+        write(instance, schedule, "torch-csv-ext", out)
+        back = read_torch_csv(out)
+        assert back.orders == schedule.orders
+        a, b = simulate(instance, schedule), simulate(instance, back)
+        assert (a.makespan, a.peak_memory) == (b.makespan, b.peak_memory)
+        assert a.start == b.start
+
+
 def test_executor_table_carries_mode_actions(tmp_path):
     from zbsolve.export import write
     from zbsolve.export.executor import load_table, schedule_from_table
