@@ -402,17 +402,19 @@ def test_executor_table_carries_mode_actions(tmp_path):
     assert again.makespan == simulate(inst, sched).makespan
 
 
-def test_runner_refuses_tables_with_memory_modes(tmp_path):
+def test_runner_takes_tables_with_memory_modes_on_its_own_engine_only():
     pytest.importorskip("torch")
     from zbsolve.export.executor import lower
+    from zbsolve.runtime.model import GPTConfig
     from zbsolve.runtime.runner import TableMismatch, check_table
 
     inst, sched = _mixed()
     table = lower(inst, sched)
-    with pytest.raises(TableMismatch, match=r"uses memory modes \(L, O, R actions: recompute "
-                                            r"/ offload copies\); the runner does not execute "
-                                            r"them yet \(issue 13\)"):
-        check_table(table, table.ranks, {})
+    cfg = GPTConfig.preset("gpt-tiny", layers=4)
+    check_table(table, table.ranks, cfg)  # tests/test_runtime_modes.py runs such tables
+    with pytest.raises(TableMismatch, match=r"engine torch: torch's pipelining runtime has no "
+                                            r"recompute / offload actions \(L, O, R in table"):
+        check_table(table, table.ranks, cfg, "torch")
 
 
 # ---------------------------------------------------------------------- sweep and minimum memory
