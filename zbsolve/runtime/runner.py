@@ -5,8 +5,11 @@ list): :mod:`zbsolve.runtime.workload` hides which.
 
 The rank runs its list in order and nothing else decides anything: F keeps what backward needs;
 I computes the input gradient only and keeps what W needs; W accumulates the weight gradients
-and frees the rest; B is I then W. Hand-offs between two stages of this rank stay in memory;
-the others go through :mod:`zbsolve.runtime.p2p` at the table's SEND/RECV actions.
+and frees the rest; B is I then W. A unit in a memory mode (its R or O / L actions) runs it
+through :mod:`zbsolve.runtime.stage_modes`: a recomputed F keeps only its input and R re-runs
+it; O moves the saved tensors to host and L brings them back before I. Hand-offs between two
+stages of this rank stay in memory; the others go through :mod:`zbsolve.runtime.p2p` at the
+table's SEND/RECV actions.
 
 After its last action of a step the rank runs the step boundary in the table's step mode
 (:mod:`zbsolve.runtime.step_boundary`: local steps, a synchronous global check, or speculative
