@@ -125,7 +125,17 @@ def _one_step(kind: str, mode: str):
     after_f = mem.current
     facts = {"after_f": after_f}
     if mode == "offload":
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        boundary = {t.untyped_storage().data_ptr() for r in runners for st in r.pending.values()
+                    for t in (st.x, st.root, getattr(st, "lead", None), getattr(st, "cut", None))
+                    if t is not None}
+        boundary |= {tokens.untyped_storage().data_ptr(), targets.untyped_storage().data_ptr()}
+        originals = [StorageWeakRef(h.tensor.untyped_storage()) for r in runners
+                     for st in r.pending.values() for h in st.census.holders
+                     if h.tensor is not None and h.ptr not in boundary]
         facts["moved"] = sum(r.offload(mb, copies) for r in runners for mb in range(2))
+        facts["released"] = len(originals) > 0 and all(w.expired() for w in originals)
         facts["after_o"] = mem.current
         held = [h for r in runners for st in r.pending.values() for h in st.census.holders]
         facts["on_host"] = sum(h.tensor is None for h in held)  # their device tensors let go
@@ -161,6 +171,7 @@ def test_recompute_and_offload_keep_the_iw_split_exact(kind):
         assert torch.equal(off[name], g), name  # copies are exact
     assert rf["after_f"] < kf["after_f"] / 10  # a recomputed F keeps its input only
     assert of["after_f"] == kf["after_f"] and of["on_host"] > 0 and of["back"]
+    assert of["released"]  # every storage O moved is freed (but the batch the caller holds)
     assert of["moved"] > kf["after_f"] / 2  # all but the boundary tensors
     assert of["after_o"] == kf["after_f"] - of["moved"]
 

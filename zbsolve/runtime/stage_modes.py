@@ -28,7 +28,8 @@ copy and L swaps it back: the graph, the sink and the I/W split are untouched, a
 unpacks again after I is the same holder's. Storages are copied once each (views of one
 storage, as autograd often saves, come back as views of one copy). The stage input and output
 (the boundary tensors the runner holds anyway, and sends) stay on the device, as a recomputed
-F keeps its input.
+F keeps its input; so do integer tensors (token ids, targets: slices of the step's batch, which
+the caller holds anyway, so a copy would free nothing).
 
 Copies (:class:`HostCopies`): on CPU a copy is a plain clone into a new tensor, so the
 original storage is really released once its holders let go; on CUDA the host side is pinned
@@ -54,7 +55,8 @@ SELECTIVE_REFUSAL = ("selective recompute (RS actions): the runner's models have
 
 
 def _nbytes(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.untyped_storage().nbytes()
+    """The tensor's own bytes (a microbatch slice of the step's batch is a view of it)."""
+    return 0 if t is None else t.numel() * t.element_size()
 
 
 class HostCopies:
@@ -189,7 +191,8 @@ class StageModes:
         boundary = {t.untyped_storage().data_ptr() for t in held_anyway if t is not None}
         by_storage: dict[int, list[Any]] = {}
         for held in list(census.holders):
-            if held.tensor is not None and held.ptr not in boundary:
+            if (held.tensor is not None and held.ptr not in boundary
+                    and held.tensor.is_floating_point()):
                 by_storage.setdefault(held.ptr, []).append(held)
         record = _Offloaded(0, copies)
         for group in by_storage.values():
