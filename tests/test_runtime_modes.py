@@ -233,6 +233,8 @@ def test_table_check_accepts_modes_and_refuses_malformed_ones():
     cases = [
         (lambda acts: _move(acts, rec, f"{rs}F{rj}"), rf"on {rec}, which needs {rs}F{rj} "),
         (lambda acts: _move(acts, bwd, load), rf"on {bwd}, which needs {load} "),
+        (lambda acts: _move(acts, load, out), rf"position \d+: {load} comes before its input "
+                                              rf"{out} \(row order"),
         (lambda acts: [a for a in acts if _token(a) != fwd], rf"missing op\(s\): {fwd}$"),
     ]
     for fix, reason in cases:

@@ -272,14 +272,6 @@ class StageRunner(StageModes):
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.module.parameters()}
         self._init_modes()
 
-    @property
-    def is_first(self) -> bool:
-        return self.index == 0
-
-    @property
-    def is_last(self) -> bool:
-        return self.index == self.n_stages - 1
-
     def forward(self, mb: int, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """F: run the stage, keep what backward needs; returns the (detached) output to hand on,
         or the unscaled loss on the last stage."""
@@ -330,14 +322,3 @@ class StageRunner(StageModes):
         st.sink.run()
         self.memory.sub(st.held_bytes)
         del self.pending[mb]
-
-    def backward(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
-        """B: full backward (I then W); the input gradient leaves only when both are done."""
-        grad_in = self.backward_input(mb, grad)
-        self.backward_weight(mb)
-        return grad_in
-
-    def _get(self, mb: int, what: str) -> _Pending:
-        if mb not in self.pending:
-            raise RuntimeError(f"stage {self.index}: {what} of microbatch {mb} without its forward")
-        return self.pending[mb]

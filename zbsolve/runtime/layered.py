@@ -85,14 +85,6 @@ class GraphStageRunner(StageModes):
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.module.parameters()}
         self._init_modes()
 
-    @property
-    def is_first(self) -> bool:
-        return self.index == 0
-
-    @property
-    def is_last(self) -> bool:
-        return self.index == self.n_stages - 1
-
     def forward(self, mb: int, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         if mb in self.pending:
             raise RuntimeError(f"stage {self.index}: forward of microbatch {mb} ran twice")
@@ -163,13 +155,3 @@ class GraphStageRunner(StageModes):
                 torch.autograd.backward(st.root, st.out_grad, inputs=self._params)
         self.memory.sub(st.held_bytes)
         del self.pending[mb]
-
-    def backward(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
-        grad_in = self.backward_input(mb, grad)
-        self.backward_weight(mb)
-        return grad_in
-
-    def _get(self, mb: int, what: str) -> _Pending:
-        if mb not in self.pending:
-            raise RuntimeError(f"stage {self.index}: {what} of microbatch {mb} without its forward")
-        return self.pending[mb]

@@ -131,9 +131,11 @@ class _Offloaded:
 
 
 class StageModes:
-    """Recompute and offload for a stage runner (the base both runners share)."""
+    """The base both stage runners share: what they do alike (first / last stage, B = I then
+    W, the pending unit of a microbatch) and the memory modes' F, R, O and L."""
 
     index: int  # what the runner provides (see the module docstring)
+    n_stages: int
     memory: Any  # MemoryTracker
     pending: dict[int, Any]
     checkpoints: dict[int, _Checkpoint]
@@ -142,6 +144,31 @@ class StageModes:
     def forward(self, mb: int, x: torch.Tensor, targets: torch.Tensor | None = None
                 ) -> torch.Tensor:
         raise NotImplementedError
+
+    def backward_input(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
+        raise NotImplementedError
+
+    def backward_weight(self, mb: int) -> None:
+        raise NotImplementedError
+
+    @property
+    def is_first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.index == self.n_stages - 1
+
+    def backward(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
+        """B: full backward (I then W); the input gradient leaves only when both are done."""
+        grad_in = self.backward_input(mb, grad)
+        self.backward_weight(mb)
+        return grad_in
+
+    def _get(self, mb: int, what: str) -> Any:
+        if mb not in self.pending:
+            raise RuntimeError(f"stage {self.index}: {what} of microbatch {mb} without its forward")
+        return self.pending[mb]
 
     def _init_modes(self) -> None:
         self.checkpoints: dict[int, _Checkpoint] = {}
