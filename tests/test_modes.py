@@ -308,6 +308,20 @@ def test_solver_places_copies_on_the_copy_stream():
     assert r.lower_bound <= r.objective_value
 
 
+def test_memory_tiebreak_chooses_modes_at_the_best_step_time():
+    """The memory phase covers modes: at the optimal step time (15, as keep's) it offloads
+    where a copy fits into the bubble; keep's own optimum holds [4, 3, 2, 1]."""
+    keep = make_instance(p=4, m=4, F=1, I=1, W=1)
+    offered = make_instance(p=4, m=4, F=1, I=1, W=1, offload={"d2h": 0.25})
+    a, b = _solve(keep), _solve(offered)
+    assert a.objective_value == b.objective_value == 15 and b.status == "optimal"
+    assert simulate(keep, a.schedule).peak_memory == [4.0, 3.0, 2.0, 1.0]
+    assert b.schedule.meta["solver"]["memory_phase"]["cp_status"] == "OPTIMAL"
+    sim = simulate(offered, b.schedule)
+    assert sim.feasible and sim.makespan == 15 and sum(sim.peak_memory) == 6
+    assert any(op.kind == "O" for op in b.schedule.ops())
+
+
 def test_bounds_with_modes_stay_below_the_optimum():
     from zbsolve.solver.bounds import analytic_bound, memory_end_bounds
 

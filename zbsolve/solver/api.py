@@ -330,9 +330,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         found = _judged(inst, found, info)
         if found is not None:
             best.offer(_Candidate(found.name, found, validate(inst, found)), "exact")
-    if options.memory_tiebreak and method == "exact" and inst.offers_modes:
-        info["memory_phase"] = "not run: the memory tie-break does not cover memory modes yet"
-    elif options.memory_tiebreak and method == "exact":
+    if options.memory_tiebreak and method == "exact":
         _memory_phase(inst, options, best, budget, info)
 
     chosen = best.best()
