@@ -322,6 +322,33 @@ def test_memory_tiebreak_chooses_modes_at_the_best_step_time():
     assert any(op.kind == "O" for op in b.schedule.ops())
 
 
+def test_greedy_with_recompute_starts_a_v_placement_below_keeps_minimum():
+    """No hand-made family covers V with recompute; the greedy's recompute proxy does. Keep
+    needs 2.0 per device; at 1.6 the proxy holds max(kept 0.25, weight 0.5) = 0.5 per unit
+    and keeps one activation's extra (1 - 0.5) free: limit 1.6 - 0.5 = 1.1."""
+    from zbsolve.solver.api import Budget, _greedy, serial_schedule
+    from zbsolve.solver.bounds import min_memory_limit
+    from zbsolve.solver.mode_greedy import recompute_proxy
+
+    inst = make_instance(p=2, m=6, v=2, placement="v", weight=0.5, limit=1.6,
+                         recompute={"R": 1, "kept": 0.25})
+    assert min_memory_limit(inst.with_modes(("keep",))) == [2.0, 2.0]
+    proxy = recompute_proxy(inst)
+    assert proxy.activation == (0.5,) * 4 and proxy.limit == (1.1, 1.1)
+    assert proxy.modes == ("keep",)
+    found = {c.name: c for c in _greedy(inst, "makespan", Budget(10.0, False))}
+    assert list(found) == ["greedy-recompute"]  # the keep greedy cannot fit 1.6
+    c = found["greedy-recompute"]
+    sim = simulate(inst, c.schedule)
+    assert sim.feasible and sim.makespan == c.sim.makespan
+    assert c.sim.makespan < simulate(inst, serial_schedule(inst)).makespan == 72
+    assert all(op.kind != "O" for op in c.schedule.ops())
+    assert any(op.kind == "R" for op in c.schedule.ops())
+    # no room for one re-materialized unit: no proxy (the serial witness remains)
+    assert recompute_proxy(inst.with_(limit=0.5)) is None
+    assert recompute_proxy(make_instance(p=2, m=6, limit=1.6)) is None  # no recompute offered
+
+
 def test_bounds_with_modes_stay_below_the_optimum():
     from zbsolve.solver.bounds import analytic_bound, memory_end_bounds
 
