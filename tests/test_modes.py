@@ -349,6 +349,26 @@ def test_greedy_with_recompute_starts_a_v_placement_below_keeps_minimum():
     assert recompute_proxy(make_instance(p=2, m=6, limit=1.6)) is None  # no recompute offered
 
 
+def test_large_method_keeps_the_incumbents_modes_and_reorders_its_recomputes():
+    from zbsolve.solver.api import SolveOptions, solve
+    from zbsolve.solver.large import improve
+
+    inst = make_instance(p=4, m=16, limit=2.0, weight=0.5, recompute={"R": 1, "kept": 0.1})
+    r = solve(inst, SolveOptions(time_limit=10, workers=2, seed=0, method="large"))
+    info = r.schedule.meta["solver"]
+    assert info["method"] == "large" and "keeps the memory modes" in info["note_modes"]
+    large = info["large"]
+    assert large["windows"] >= 1 and r.objective_value <= large["start_value"]
+    sim = simulate(inst, r.schedule)
+    assert sim.feasible and sim.makespan == r.objective_value
+    modes = TaskGraph.of(inst, r.schedule.ops()).modes
+    assert modes and set(modes.values()) == {"recompute"}
+    # offload copies: the window model has no copy stream, so the schedule comes back as is
+    inst2, mixed = _mixed()
+    out, out_sim, stats = improve(inst2, mixed, time_limit=5)
+    assert out is mixed and stats.windows == 0 and out_sim.feasible
+
+
 def test_bounds_with_modes_stay_below_the_optimum():
     from zbsolve.solver.bounds import analytic_bound, memory_end_bounds
 

@@ -307,9 +307,9 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         method = "exact" if n_ops <= EXACT_MAX_OPS else "large"
     info: dict[str, Any] = {"method": method, "ops": n_ops}
     if method == "large" and inst.offers_modes:
-        method = info["method"] = "exact"
-        info["note_modes"] = ("the large-instance method does not choose memory modes yet "
-                              "(issue 13): the exact model chooses them")
+        info["note_modes"] = ("the large-instance method keeps the memory modes of the best "
+                              "starting schedule (it reorders recomputes; a schedule with "
+                              "offload copies is kept as it is); the exact model chooses them")
     analytic = _bound(inst, objective, budget, info)
     until = budget.elapsed() + budget.share(HAND_MADE_SHARE)
     baselines = hand_made(inst, budget, until)
