@@ -308,6 +308,67 @@ def test_solver_places_copies_on_the_copy_stream():
     assert r.lower_bound <= r.objective_value
 
 
+def test_memory_tiebreak_chooses_modes_at_the_best_step_time():
+    """The memory phase covers modes: at the optimal step time (15, as keep's) it offloads
+    where a copy fits into the bubble; keep's own optimum holds [4, 3, 2, 1]."""
+    keep = make_instance(p=4, m=4, F=1, I=1, W=1)
+    offered = make_instance(p=4, m=4, F=1, I=1, W=1, offload={"d2h": 0.25})
+    a, b = _solve(keep), _solve(offered)
+    assert a.objective_value == b.objective_value == 15 and b.status == "optimal"
+    assert simulate(keep, a.schedule).peak_memory == [4.0, 3.0, 2.0, 1.0]
+    assert b.schedule.meta["solver"]["memory_phase"]["cp_status"] == "OPTIMAL"
+    sim = simulate(offered, b.schedule)
+    assert sim.feasible and sim.makespan == 15 and sum(sim.peak_memory) == 6
+    assert any(op.kind == "O" for op in b.schedule.ops())
+
+
+def test_greedy_with_recompute_starts_a_v_placement_below_keeps_minimum():
+    """No hand-made family covers V with recompute; the greedy's recompute proxy does. Keep
+    needs 2.0 per device; at 1.6 the proxy holds max(kept 0.25, weight 0.5) = 0.5 per unit
+    and keeps one activation's extra (1 - 0.5) free: limit 1.6 - 0.5 = 1.1."""
+    from zbsolve.solver.api import Budget, _greedy, serial_schedule
+    from zbsolve.solver.bounds import min_memory_limit
+    from zbsolve.solver.mode_greedy import recompute_proxy
+
+    inst = make_instance(p=2, m=6, v=2, placement="v", weight=0.5, limit=1.6,
+                         recompute={"R": 1, "kept": 0.25})
+    assert min_memory_limit(inst.with_modes(("keep",))) == [2.0, 2.0]
+    proxy = recompute_proxy(inst)
+    assert proxy.activation == (0.5,) * 4 and proxy.limit == (1.1, 1.1)
+    assert proxy.modes == ("keep",)
+    found = {c.name: c for c in _greedy(inst, "makespan", Budget(10.0, False))}
+    assert list(found) == ["greedy-recompute"]  # the keep greedy cannot fit 1.6
+    c = found["greedy-recompute"]
+    sim = simulate(inst, c.schedule)
+    assert sim.feasible and sim.makespan == c.sim.makespan
+    assert c.sim.makespan < simulate(inst, serial_schedule(inst)).makespan == 72
+    assert all(op.kind != "O" for op in c.schedule.ops())
+    assert any(op.kind == "R" for op in c.schedule.ops())
+    # no room for one re-materialized unit: no proxy (the serial witness remains)
+    assert recompute_proxy(inst.with_(limit=0.5)) is None
+    assert recompute_proxy(make_instance(p=2, m=6, limit=1.6)) is None  # no recompute offered
+
+
+def test_large_method_keeps_the_incumbents_modes_and_reorders_its_recomputes():
+    from zbsolve.solver.api import SolveOptions, solve
+    from zbsolve.solver.large import improve
+
+    inst = make_instance(p=4, m=16, limit=2.0, weight=0.5, recompute={"R": 1, "kept": 0.1})
+    r = solve(inst, SolveOptions(time_limit=10, workers=2, seed=0, method="large"))
+    info = r.schedule.meta["solver"]
+    assert info["method"] == "large" and "keeps the memory modes" in info["note_modes"]
+    large = info["large"]
+    assert large["windows"] >= 1 and r.objective_value <= large["start_value"]
+    sim = simulate(inst, r.schedule)
+    assert sim.feasible and sim.makespan == r.objective_value
+    modes = TaskGraph.of(inst, r.schedule.ops()).modes
+    assert modes and set(modes.values()) == {"recompute"}
+    # offload copies: the window model has no copy stream, so the schedule comes back as is
+    inst2, mixed = _mixed()
+    out, out_sim, stats = improve(inst2, mixed, time_limit=5)
+    assert out is mixed and stats.windows == 0 and out_sim.feasible
+
+
 def test_bounds_with_modes_stay_below_the_optimum():
     from zbsolve.solver.bounds import analytic_bound, memory_end_bounds
 
