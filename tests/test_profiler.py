@@ -308,3 +308,18 @@ def test_profile_measures_recompute_and_says_copies_are_not_measured_on_cpu():
     with pytest.raises(ValueError, match="--modes: expected a comma-separated list of "
                                          "recompute, offload, got keep"):
         profile(cfg, devices=1, chunks=2, microbatches=2, modes=("keep",))
+
+
+def test_profile_cli_refuses_bad_modes_before_measuring(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from zbsolve.cli import main
+
+    out = str(tmp_path / "x.yaml")
+    rc = main(["profile", "--devices", "1", "--microbatches", "2", "--modes", "recompute,keep",
+               "-o", out])
+    assert rc == 2 and "--modes: expected a comma-separated list of recompute, offload, got keep" \
+        in capsys.readouterr().err
+    rc = main(["profile", "--module", "own_module_example:build", "--devices", "1",
+               "--microbatches", "2", "--modes", "recompute", "-o", out])
+    assert rc == 2 and "--modes: the memory modes are measured on the built-in GPT" \
+        in capsys.readouterr().err

@@ -220,6 +220,9 @@ def handle_own_model(args, spec, command: str) -> int:
     from zbsolve.profiler.units import parse_size
     from zbsolve.profiler.writer import format_table
 
+    if getattr(args, "modes", None):
+        raise ValueError("--modes: the memory modes are measured on the built-in GPT (--model) "
+                         "only; drop --modes with --hf/--module")
     if not args.output and not args.layer_profile:
         raise ValueError("--hf/--module: nothing to write; give -o INSTANCE (with --devices and "
                          "--microbatches) and/or --layer-profile FILE")
