@@ -163,6 +163,18 @@ def test_mode_ops_in_row_order_per_stream():
         simulate(inst, late)
 
 
+def test_a_load_stuck_behind_its_row_order_names_what_it_waits_for():
+    """A load waits for the compute job written before it: behind an I that needs the load,
+    both streams deadlock, and the copy stream's line says what it waits for."""
+    inst = make_instance(p=2, m=1, F=1, I=1, W=1, offload={"d2h": 0.5})
+    rows = [ops("0F0 0O0 0I0 0L0 0W0"), ops("1F0 1I0 1W0")]
+    with pytest.raises(ScheduleError) as exc:
+        simulate(inst, Schedule(rows))
+    assert str(exc.value) == (
+        "deadlock: device 0 waits at position 1 on 0I0, which needs 0L0 (device 0); device 0 "
+        "copy stream waits at position 1 on 0L0, which waits for 0I0 written before it")
+
+
 def test_mode_not_offered_is_refused_with_the_fix():
     inst = one_device()
     with pytest.raises(ScheduleError, match=r"memory mode 'recompute' is not offered by the "
