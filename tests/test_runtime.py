@@ -243,7 +243,9 @@ def test_stuck_rank_makes_its_peer_time_out():
     t0 = time.perf_counter()
     with pytest.raises(RankFailed, match=r"rank 0 failed: P2PTimeout: P2P .* timed out after 4s"):
         run_jobs([job], 2, RunOptions(timeout_s=4, hang_at=(1, 2)))
-    assert time.perf_counter() - t0 < 40
+    # no hang: the 4 s timeout ends it; the slack is for starting two torch ranks on a loaded
+    # 2-core machine (43 s seen once under load, with a limit of 40)
+    assert time.perf_counter() - t0 < 120
 
 
 def test_cli_runs_a_table_and_refuses_a_mismatch(tmp_path):
