@@ -8,10 +8,11 @@ from conftest import make_instance
 
 from zbsolve.baselines import generate
 from zbsolve.baselines.classic import one_f_one_b
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import load_instance
-from zbsolve.ops import Op, Pair
+from zbsolve.ops import Op, Pair, parse_op
 from zbsolve.schedule import Schedule
-from zbsolve.simulate import ScheduleError, simulate, validate
+from zbsolve.simulate import Lanes, ScheduleError, allocates, lanes, simulate, validate
 
 
 def _error(inst, orders) -> str:
@@ -316,3 +317,159 @@ def test_a_pair_waits_for_its_second_ops_input():
     assert [(r.start[op], r.end[op]) for op in (F(1, 1), B(2, 0))] == [(6.0, 8.25)] * 2
     # then 2F1 8.25-9.25, 3F1 9.25-10.25, 3B1 -12.25, 2B1 -14.25, 1B0 -16.25, 0B0 -18.25, 0B1 -20.25
     assert r.makespan == 20.25
+
+
+# ------------------------------------------------- memory modes: streams, lanes, row-order waits
+def _ops(text):
+    return [parse_op(t) for t in text.split()]
+
+
+OFFLOAD = {"fraction": 1.0, "d2h": 1.0}
+
+
+def test_allocating_jobs_are_the_forwards_recomputes_and_loads():
+    assert [allocates(op) for op in _ops("0F0 0R0 0RS0 0L0 0I0 0W0 0B0 0O0")] == [
+        True, True, True, True, False, False, False, False]
+    assert allocates(Pair(Op("F", 0, 1), Op("B", 1, 0)))
+    assert not allocates(Pair(Op("I", 0, 1), Op("F", 1, 0)))
+
+
+def test_lanes_split_a_row_into_its_streams_with_the_row_order_waits():
+    """One device, units 0 and 1 offloaded, 2 recomputed. Every allocating job written after
+    0O0 waits for it (0F1, 0F2, 0R2, then 0L0 and 0L1 for 0O1, the copy out written last before
+    them); a load also waits for the compute job written before it (0W2 for 0L0, 0I0 for 0L1)."""
+    inst = make_instance(p=1, m=3, recompute={"R": 0.5, "kept": 0.25},
+                         offload={**OFFLOAD, "streams": 2})
+    row = _ops("0F0 0O0 0F1 0F2 0O1 0R2 0I2 0W2 0L0 0I0 0L1 0W0 0I1 0W1")
+    graph = TaskGraph.of(inst, row)
+    split = lanes(graph, Schedule([row]))
+    assert split.rows == [_ops("0F0 0F1 0F2 0R2 0I2 0W2 0I0 0W0 0I1 0W1"), _ops("0O0 0O1"),
+                          _ops("0L0 0L1")]
+    assert split.where == [(0, 0), (0, 1), (0, 2)]
+    assert split.waits_for == {Op("F", 0, 1): [Op("O", 0, 0)], Op("F", 0, 2): [Op("O", 0, 0)],
+                               Op("R", 0, 2): [Op("O", 0, 1)],
+                               Op("L", 0, 0): [Op("O", 0, 1), Op("W", 0, 2)],
+                               Op("L", 0, 1): [Op("O", 0, 1), Op("I", 0, 0)]}
+    one = lanes(TaskGraph.of(make_instance(p=1, m=3, offload=OFFLOAD), _ops("0F0 0O0 0L0 0I0")),
+                Schedule([_ops("0F0 0O0 0L0 0I0")]))
+    assert one.rows == [_ops("0F0 0I0"), _ops("0O0 0L0")] and one.where == [(0, 0), (0, 1)]
+    keep = make_instance(p=2, m=1)
+    rows = [_ops("0F0 0I0 0W0"), _ops("1F0 1I0 1W0")]
+    plain = lanes(TaskGraph.of(keep, [o for r in rows for o in r]), Schedule(rows))
+    assert plain == Lanes(rows, [(0, 0), (1, 0)], {})
+
+
+def test_two_copy_streams_keep_the_lanes_in_stream_order():
+    """A load written before the copy out it needs (two streams: they do not share a lane):
+    the copy-out lane still comes first, and the load just waits for its input."""
+    inst = make_instance(p=1, m=1, F=1, I=1, W=1, offload={**OFFLOAD, "streams": 2})
+    row = _ops("0F0 0L0 0O0 0I0 0W0")
+    split = lanes(TaskGraph.of(inst, row), Schedule([row]))
+    assert split.rows == [_ops("0F0 0I0 0W0"), _ops("0O0"), _ops("0L0")]
+    assert split.where == [(0, 0), (0, 1), (0, 2)]
+    assert split.waits_for == {Op("L", 0, 0): [Op("F", 0, 0)]}
+    r = simulate(inst, Schedule([row]))
+    # F0 0-1, O0 1-2, L0 2-3 (after O0 and F0), I0 3-4, W0 4-5
+    assert [(r.start[op], r.end[op]) for op in row] == [(0, 1), (2, 3), (1, 2), (3, 4), (4, 5)]
+
+
+def test_offload_timeline_busy_and_span_are_the_compute_streams():
+    """p=1, m=2, offload of both units (d2h 1), F=I=W=1, one copy stream:
+    0F0 0-1; 0O0 1-2 (after 0F0); 0F1 is written after 0O0, so it waits for it: 2-3;
+    0O1 3-4; 0L0 waits for 0O1 (written before it) and 0F1: 4-5; 0I0 5-6, 0W0 6-7;
+    0L1 waits for 0O1 and 0I0 (the compute job before it): 6-7; 0I1 7-8, 0W1 8-9.
+    Memory (weight 0, so each unit holds 1 from F's start to O's end and from L's start to
+    I's end): 1 at 0, 0O0 frees and 0F1 allocates at 2, 0O1 frees and 0L0 allocates at 4, 0I0
+    frees and 0L1 allocates at 6, 0I1 frees at 8."""
+    inst = make_instance(p=1, m=2, F=1, I=1, W=1, offload=OFFLOAD)
+    row = _ops("0F0 0O0 0F1 0O1 0L0 0I0 0L1 0W0 0I1 0W1")
+    r = simulate(inst, Schedule([row]))
+    assert [(r.start[op], r.end[op]) for op in row] == [
+        (0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (6, 7), (7, 8), (8, 9)]
+    assert r.makespan == 9 and r.busy == [6] and r.idle == [3] and r.span == [9]
+    assert r.bubble_makespan == 1 - 6 / 9
+    assert r.memory_curve == [[(0.0, 0.0), (0.0, 1.0), (2.0, 0.0), (2.0, 1.0), (4.0, 0.0),
+                               (4.0, 1.0), (6.0, 0.0), (6.0, 1.0), (8.0, 0.0)]]
+    assert r.peak_memory == [1.0] and r.pipeline_end == 9.0
+
+
+def test_a_deadlock_across_streams_names_what_each_lane_needs_and_waits_for():
+    """Two copy streams, 0L0 written after 0I0 (which needs it): 0I0 waits for 0L0, 0L0 for
+    0I0 (written before it) and for 0O0, which is behind 0O1 in the copy-out lane, and 0O1
+    needs 0F1, behind 0I0 on the compute stream."""
+    inst = make_instance(p=1, m=2, F=1, I=1, W=1, offload={**OFFLOAD, "streams": 2})
+    row = _ops("0F0 0I0 0L0 0F1 0O1 0O0 0L1 0W0 0I1 0W1")
+    assert _error(inst, [row]) == (
+        "deadlock: device 0 waits at position 1 on 0I0, which needs 0L0 (device 0); "
+        "device 0 copy stream waits at position 0 on 0O1, which needs 0F1 (device 0); "
+        "device 0 copy stream waits at position 0 on 0L0, which needs 0O0 (device 0) and "
+        "which waits for 0I0 written before it")
+
+
+@pytest.mark.parametrize("row, message", [
+    ("0F0 0I0 0R0 0W0", "device 0 position 1: 0I0 comes before its input 0R0 (row order is the "
+                        "order a stream runs its jobs in)"),
+    ("0F0 0I0 0RS0 0W0", "device 0 position 1: 0I0 comes before its input 0RS0 (row order is "
+                         "the order a stream runs its jobs in)"),
+    ("0F0 0L0 0O0 0I0 0W0", "device 0 position 1: 0L0 comes before its input 0O0 (row order is "
+                            "the order a stream runs its jobs in)"),
+    ("0F0 0W0 0I0", "device 0 position 1: 0W0 comes before its input backward 0I0"),
+])
+def test_a_job_before_its_own_units_input_on_its_stream_is_named(row, message):
+    inst = make_instance(p=1, m=1, offload=OFFLOAD,
+                         recompute={"R": 0.5, "kept": 0.25, "R_selective": 0.25,
+                                    "kept_selective": 0.5})
+    assert _error(inst, [_ops(row)]) == message
+
+
+def test_a_unit_with_two_modes_is_a_schedule_error():
+    inst = make_instance(p=1, m=1, offload=OFFLOAD, recompute={"R": 0.5, "kept": 0.25})
+    assert _error(inst, [_ops("0F0 0R0 0O0 0L0 0I0 0W0")]) == (
+        "unit (stage 0, microbatch 0) runs both recompute and offload (0O0); a unit has one "
+        "memory mode")
+
+
+# ------------------------------------------------------------ the step boundary's tail rule
+def test_optimizer_steps_run_after_the_row_earliest_ready_first():
+    """p=1, v=2, m=1, unit times, post-validation, optimizer 1 each, allreduce [2, 0]:
+    0F0 0-1, 1F0 1-2, 1I0 2-3, 1W0 3-4, 0I0 4-5, 0W0 5-6. AR(1) 4-4, AR(0) 6-8. The device's
+    row ends at 6: OPT(1) (ready at 4) 6-7, then OPT(0) waits for its release 8: 8-9.
+    NORM(0) 8, NORM(1) 8. Makespan 9, span 9, busy 6 + 2, the boundary 9 - 6."""
+    inst = make_instance(p=1, m=1, v=2, step={"mode": "post-validation", "optimizer": 1,
+                                              "allreduce": [2, 0]})
+    row = _ops("0F0 1F0 1I0 1W0 0I0 0W0")
+    r = simulate(inst, Schedule([row]))
+    tails = [(op, r.start[op], r.end[op]) for op in (Op("OPT", 1, -1), Op("OPT", 0, -1))]
+    assert tails == [(Op("OPT", 1, -1), 6.0, 7.0), (Op("OPT", 0, -1), 8.0, 9.0)]
+    assert r.makespan == 9.0 and r.span == [9.0] and r.busy == [8.0] and r.idle == [1.0]
+    assert r.pipeline_end == 6.0 and r.step_mode == "post-validation"
+    assert r.summary()["step"] == r.step_summary() == {
+        "mode": "post-validation", "pipeline_end": 6.0, "boundary": 3.0}
+    assert r.bubble_span == r.bubble_makespan == 1 - 8 / 9
+
+
+def test_optimizer_steps_ready_together_run_lower_stage_first():
+    """Sync, optimizer [2, 1]: CHECK (1) after both AR (0) at 6, 6-7; both OPT ready at 7:
+    OPT(0) 7-9, then OPT(1) 9-10."""
+    inst = make_instance(p=1, m=1, v=2, step={"mode": "sync", "optimizer": [2, 1], "check": 1})
+    r = simulate(inst, Schedule([_ops("0F0 1F0 1I0 1W0 0I0 0W0")]))
+    assert [(r.start[Op("OPT", s, -1)], r.end[Op("OPT", s, -1)]) for s in (0, 1)] == [
+        (7.0, 9.0), (9.0, 10.0)]
+    assert r.makespan == 10.0 and r.busy == [9.0]
+
+
+def test_step_jobs_are_not_listed_and_not_counted_as_missing():
+    inst = make_instance(p=2, m=1, step={"mode": "sync", "optimizer": 1})
+    rows = [_ops("0F0 0I0 0W0"), _ops("1F0 1I0 1W0")]
+    assert simulate(inst, Schedule(rows)).makespan == 6.0
+    assert _error(inst, [rows[0] + [Op("OPT", 0, -1)], rows[1]]) == (
+        "device 0: 0OPT is a step-boundary job; schedules do not list them (reductions run on no "
+        "device, every device runs its optimizer steps after its last job: zbsolve.graph, the "
+        "tail rule)")
+    assert _error(inst, [rows[0][:2], rows[1]]) == "1 missing op(s): 0W0"
+
+
+def test_without_a_step_the_pipeline_end_is_the_makespan():
+    _, r = _small()
+    assert r.step_mode == "none" and r.pipeline_end == 11.0
+    assert r.step_summary() == {"mode": "none", "pipeline_end": 11.0, "boundary": 0.0}
