@@ -272,13 +272,11 @@ def _pair_refusal(inst: Instance, pair: Pair) -> str:
             f"backward stage {bwd.stage} on one device")
 
 
-def _run(graph: TaskGraph, sched: Schedule, split: Lanes | None = None
+def _run(graph: TaskGraph, sched: Schedule, split: Lanes
          ) -> tuple[dict[Op, float], dict[Op, float]]:
     """ASAP execution of the fixed orders (per lane: a device's compute stream or one of its
-    copy streams); raises on deadlock, naming every blocked device."""
-    orders = sched.orders if split is None else split.rows
-    where = None if split is None else split.where
-    waits_for = {} if split is None else split.waits_for
+    copy streams, ``lanes``); raises on deadlock, naming every blocked device."""
+    orders, where, waits_for = split.rows, split.where, split.waits_for
     p = len(orders)
     pos = [0] * p
     free = [0.0] * p
@@ -345,8 +343,8 @@ def _run(graph: TaskGraph, sched: Schedule, split: Lanes | None = None
             if pos[d] < len(orders[d]):
                 entry = orders[d][pos[d]]
                 need = [q for op in ops_of(entry) for q, _ in graph.preds(op) if q not in end]
-                after = [q for q in (waits_for or {}).get(entry, ()) if q not in end]
-                dev, stream = where[d] if where else (d, COMPUTE)
+                after = [q for q in waits_for.get(entry, ()) if q not in end]
+                dev, stream = where[d]
                 why = []
                 if need:
                     why.append("which needs " + ", ".join(
@@ -454,13 +452,6 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
         pipeline_end=max((end[op] for order in sched.orders for entry in order[-1:]
                           for op in ops_of(entry)), default=0.0),
     )
-
-
-def device_end(graph: TaskGraph, sched: Schedule, end: dict[Op, float], d: int) -> float:
-    """When device d's step ends: its last job, or its last optimizer step (the tail rule)."""
-    order = sched.orders[d]
-    last = end[ops_of(order[-1])[0]] if order else 0.0
-    return max([last, *(end[op] for op in graph.tail_ops(d))])
 
 
 def validate(inst: Instance, sched: Schedule) -> SimResult:
