@@ -244,7 +244,8 @@ def _placement_error(inst: Instance, sched: Schedule) -> None:
 
 def _order_errors(graph: TaskGraph, sched: Schedule) -> None:
     """A clearer message for one kind of deadlock: an op placed before an input of its own
-    unit on the same device (a W before its I)."""
+    unit on the same stream of its device (a W before its I; an I before its R, a load
+    before its copy out: the other such inputs, all of a memory mode's ops)."""
     for d, order in enumerate(sched.orders):
         done: set[Op] = set()
         for pos, entry in enumerate(order):
@@ -254,9 +255,8 @@ def _order_errors(graph: TaskGraph, sched: Schedule) -> None:
                             and graph.stream(pred) == graph.stream(op)):
                         raise ScheduleError(
                             f"device {d} position {pos}: {op} comes before its input "
-                            f"{'backward ' if pred.kind == Kind.I else ''}{pred}"
-                            + (" (row order is the order a stream runs its jobs in)"
-                               if pred.kind in ("R", "RS", "O", "L") else ""))
+                            + (f"backward {pred}" if pred.kind == Kind.I else
+                               f"{pred} (row order is the order a stream runs its jobs in)"))
             done.update(ops_of(entry))
 
 
