@@ -473,3 +473,16 @@ def test_without_a_step_the_pipeline_end_is_the_makespan():
     _, r = _small()
     assert r.step_mode == "none" and r.pipeline_end == 11.0
     assert r.step_summary() == {"mode": "none", "pipeline_end": 11.0, "boundary": 0.0}
+
+
+def test_the_norm_hand_off_between_devices_waits_for_comm():
+    """p=2, m=1, unit times, fused backward (1F1B), comm 1, post-validation, optimizer 0.5,
+    allreduce 0: 0F0 0-1, 1F0 2-3, 1B0 3-5, 0B0 6-8. AR(1) 5, AR(0) 8; NORM(0) 8, NORM(1)
+    waits for NORM(0) + comm: 9. OPT(1) 5-5.5, OPT(0) 8-8.5. The makespan is NORM(1)'s end;
+    the spans end at each device's OPT."""
+    inst = make_instance(p=2, m=1, comm=1.0, step={"mode": "post-validation",
+                                                   "optimizer": 0.5})
+    r = simulate(inst, one_f_one_b(inst))
+    assert (r.end[Op("NORM", 0, -1)], r.end[Op("NORM", 1, -1)]) == (8.0, 9.0)
+    assert (r.start[Op("OPT", 1, -1)], r.end[Op("OPT", 0, -1)]) == (5.0, 8.5)
+    assert r.makespan == 9.0 and r.span == [8.5, 3.5] and r.pipeline_end == 8.0

@@ -296,7 +296,7 @@ def _run(graph: TaskGraph, sched: Schedule, split: Lanes
         for nxt in graph.implicit_successors(op):
             implicit_left[nxt] -= 1
             if implicit_left[nxt] == 0:
-                t = max((end[q] + delay for q, delay in preds(nxt)), default=0.0)
+                t = max(end[q] + delay for q, delay in preds(nxt))  # op is one of them
                 start[nxt], end[nxt] = t, t + duration(nxt)
                 done(nxt)
 
@@ -368,8 +368,8 @@ def _run_tails(graph: TaskGraph, sched: Schedule, start: dict[Op, float],
     them."""
     preds, duration = graph.preds, graph.duration
     for d, order in enumerate(sched.orders):
-        free = end[ops_of(order[-1])[0]] if order else 0.0
-        ready = [(max((end[q] + c for q, c in preds(op)), default=0.0), op.stage, op)
+        free = end[ops_of(order[-1])[0]]  # rows are never empty (_check_structure)
+        ready = [(max(end[q] + c for q, c in preds(op)), op.stage, op)  # OPT has inputs
                  for op in graph.tail_ops(d)]
         for release, _, op in sorted(ready):
             t = max(free, release)
@@ -430,8 +430,9 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
     busy = [sum(graph.job_duration(e) for e in order)
             + sum(graph.duration(op) for op in graph.tail_ops(d))
             for d, order in enumerate(compute)]
+    # rows are never empty: every device holds a stage, and all its ops are listed
     span = [max([end[ops_of(o[-1])[0]], *(end[op] for op in graph.tail_ops(d))])
-            - start[ops_of(o[0])[0]] if o else 0.0 for d, o in enumerate(compute)]
+            - start[ops_of(o[0])[0]] for d, o in enumerate(compute)]
     work = sum(busy)
     peaks, peak_times, curves, violations = _memory(inst, graph, start, end)
     return SimResult(
@@ -449,8 +450,7 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
         limit=list(inst.limit),
         violations=violations,
         step_mode=graph.step_mode,
-        pipeline_end=max((end[op] for order in sched.orders for entry in order[-1:]
-                          for op in ops_of(entry)), default=0.0),
+        pipeline_end=max(end[ops_of(order[-1])[0]] for order in sched.orders),
     )
 
 
