@@ -394,16 +394,16 @@ def test_offload_timeline_busy_and_span_are_the_compute_streams():
 
 
 def test_a_deadlock_across_streams_names_what_each_lane_needs_and_waits_for():
-    """Two copy streams, 0L0 written after 0I0 (which needs it): 0I0 waits for 0L0, 0L0 for
-    0I0 (written before it) and for 0O0, which is behind 0O1 in the copy-out lane, and 0O1
-    needs 0F1, behind 0I0 on the compute stream."""
+    """Two copy streams, 0L0 written after 0I0 (which needs it) and after 0O1: 0I0 waits for
+    0L0; 0L0 for its input 0O0, which is behind 0O1 in the copy-out lane, and for 0O1 and 0I0
+    (written before it); 0O1 needs 0F1, which is behind 0I0 on the compute stream."""
     inst = make_instance(p=1, m=2, F=1, I=1, W=1, offload={**OFFLOAD, "streams": 2})
-    row = _ops("0F0 0I0 0L0 0F1 0O1 0O0 0L1 0W0 0I1 0W1")
+    row = _ops("0F0 0I0 0O1 0L0 0F1 0O0 0L1 0W0 0I1 0W1")
     assert _error(inst, [row]) == (
         "deadlock: device 0 waits at position 1 on 0I0, which needs 0L0 (device 0); "
         "device 0 copy stream waits at position 0 on 0O1, which needs 0F1 (device 0); "
         "device 0 copy stream waits at position 0 on 0L0, which needs 0O0 (device 0) and "
-        "which waits for 0I0 written before it")
+        "which waits for 0O1, 0I0 written before it")
 
 
 @pytest.mark.parametrize("row, message", [
@@ -486,3 +486,4 @@ def test_the_norm_hand_off_between_devices_waits_for_comm():
     assert (r.end[Op("NORM", 0, -1)], r.end[Op("NORM", 1, -1)]) == (8.0, 9.0)
     assert (r.start[Op("OPT", 1, -1)], r.end[Op("OPT", 0, -1)]) == (5.0, 8.5)
     assert r.makespan == 9.0 and r.span == [8.5, 3.5] and r.pipeline_end == 8.0
+    assert r.busy == [3.5, 3.5]  # F, B and the device's own OPT

@@ -68,9 +68,9 @@ class SimResult:
     peak_time: list[float]
     memory_curve: list[list[tuple[float, float]]]  # per device: (time, memory after the event)
     limit: list[float | None]
+    pipeline_end: float  # end of the last F/I/W/B (= makespan in mode none)
     violations: list[str] = field(default_factory=list)
     step_mode: str = "none"  # the step boundary (zbsolve.step) these figures include
-    pipeline_end: float | None = None  # end of the last F/I/W/B (= makespan in mode none)
 
     @property
     def feasible(self) -> bool:
@@ -104,9 +104,8 @@ class SimResult:
 
     def step_summary(self) -> dict:
         """The step boundary's share: makespan and spans include it, ``pipeline_end`` does not."""
-        pipeline = self.makespan if self.pipeline_end is None else self.pipeline_end
-        return {"mode": self.step_mode, "pipeline_end": pipeline,
-                "boundary": self.makespan - pipeline}
+        return {"mode": self.step_mode, "pipeline_end": self.pipeline_end,
+                "boundary": self.makespan - self.pipeline_end}
 
 
 def _check_structure(inst: Instance, graph: TaskGraph, sched: Schedule) -> None:
@@ -191,7 +190,7 @@ class Lanes:
 def allocates(entry: Entry) -> bool:
     """Whether a job allocates memory when it starts: a forward (alone or in a pair), a
     recompute, a load."""
-    kind = entry[0][0] if type(entry) is Pair else entry[0]
+    kind = ops_of(entry)[0].kind
     return kind == "F" or kind == "R" or kind == "RS" or kind == "L"
 
 
