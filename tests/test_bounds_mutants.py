@@ -247,10 +247,14 @@ def test_heads_and_tails_through_the_step():
     # AR + CHECK + OPT = 6: 3 + 4 + 6 = 13
     assert bounds.device_makespan_bounds(inst)[0] == 13.0
     assert bounds.analytic_bound(inst) == 13.0
-    # the unordered heads and tails say so (no microbatch chains in the device tails either):
-    # 0F0 -> 1F0 -> 1I0 -> 0I0 -> 0W0 = 4, as without the step
+    # device tails run through the step to the device's own optimizer: 0W0 -> 0AR (1) -> CHECK
+    # (2) -> 0OPT (3) = 6; 0I0 + 0W0 first = 7; 0F0 -> 1F0 -> 1I0 -> 0I0 -> 0W0 (4) then 6 = 10
     plain = bounds.device_tails(inst, ht, 0)
-    assert plain[Op("F", 0, 0)] == 4.0 and plain[Op("W", 0, 0)] == 0.0
+    assert plain[Op("W", 0, 0)] == 6.0 and plain[Op("I", 0, 0)] == 7.0
+    assert plain[Op("F", 0, 0)] == 10.0
+    # so device 0's span bound is 13 (its I's and W's start at >= 3, take 4, and the last one's
+    # tail is 6), CP-SAT's proven optimum span; without the step in the tails it was 7
+    assert bounds.device_span_bounds(inst)[0] == 13.0
 
 
 def test_memory_edges_net_of_params_and_only_below_m():
