@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from zbsolve.data import reference_dir
 from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance, load_instance
@@ -53,3 +55,18 @@ def random_valid_schedule(inst: Instance, rng: random.Random, fuse_prob: float =
             if indeg[nxt] == 0:
                 ready.append(nxt)
     return Schedule(orders, name="random")
+
+
+def assert_runs_match_reference(reports: list[dict], labels: list[str], rtol: float = 1e-5
+                                ) -> dict[str, float]:
+    """Every runner report (``zbsolve.runtime.launch.run_jobs``, one per job in ``labels``)
+    matches its single-process reference within ``rtol``: losses, every gradient and every
+    final parameter, each checked once. Returns each run's max relative difference."""
+    assert [r["label"] for r in reports] == labels
+    bad = [(r["label"], r["max_rel_diff"], r["worst"], r["missing"], r["mismatched"])
+           for r in reports if not r["ok"] or r["max_rel_diff"] > rtol]
+    assert not bad, bad
+    for r in reports:
+        assert r["losses"] == pytest.approx(r["reference_losses"], rel=rtol)
+        assert r["checked"] > 0 and not r["missing"] and not r["nonfinite"]
+    return {r["label"]: r["max_rel_diff"] for r in reports}

@@ -165,3 +165,17 @@ def test_bound_and_reduced_model_keep_the_optimum(inst, objective):
     assert analytic_bound(inst, objective) <= best + 1e-9
     # the solver's model (microbatch order, memory precedences, objective >= the bound) keeps it
     assert optimum(inst, objective) == pytest.approx(best)
+
+
+def test_bounds_of_the_mutation_tests_stay_below_proven_optima():
+    # tests/test_bounds_mutants.py pins these bounds: 69 (the memory end bound decides) and the
+    # span bound 19 / makespan bound 20 of a one-stage-per-device instance
+    from test_bounds_mutants import MEMORY_DECIDES
+    assert analytic_bound(load_instance(MEMORY_DECIDES)) == 69.0
+    assert optimum(load_instance(MEMORY_DECIDES), "makespan", **UNREDUCED) == pytest.approx(70.0)
+    small = load_instance({"devices": 2, "microbatches": 3, "times": {"F": [2, 1], "I": 2,
+                                                                      "W": [2, 3]},
+                           "memory": {"activation": 1, "limit": [2, 1]}})
+    for objective, bound in (("span", 19.0), ("makespan", 20.0)):
+        assert analytic_bound(small, objective) == bound
+        assert optimum(small, objective, **UNREDUCED) >= bound - 1e-9

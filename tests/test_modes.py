@@ -163,6 +163,18 @@ def test_mode_ops_in_row_order_per_stream():
         simulate(inst, late)
 
 
+def test_a_load_stuck_behind_its_row_order_names_what_it_waits_for():
+    """A load waits for the compute job written before it: behind an I that needs the load,
+    both streams deadlock, and the copy stream's line says what it waits for."""
+    inst = make_instance(p=2, m=1, F=1, I=1, W=1, offload={"d2h": 0.5})
+    rows = [ops("0F0 0O0 0I0 0L0 0W0"), ops("1F0 1I0 1W0")]
+    with pytest.raises(ScheduleError) as exc:
+        simulate(inst, Schedule(rows))
+    assert str(exc.value) == (
+        "deadlock: device 0 waits at position 1 on 0I0, which needs 0L0 (device 0); device 0 "
+        "copy stream waits at position 1 on 0L0, which waits for 0I0 written before it")
+
+
 def test_mode_not_offered_is_refused_with_the_fix():
     inst = one_device()
     with pytest.raises(ScheduleError, match=r"memory mode 'recompute' is not offered by the "
@@ -308,6 +320,67 @@ def test_solver_places_copies_on_the_copy_stream():
     assert r.lower_bound <= r.objective_value
 
 
+def test_memory_tiebreak_chooses_modes_at_the_best_step_time():
+    """The memory phase covers modes: at the optimal step time (15, as keep's) it offloads
+    where a copy fits into the bubble; keep's own optimum holds [4, 3, 2, 1]."""
+    keep = make_instance(p=4, m=4, F=1, I=1, W=1)
+    offered = make_instance(p=4, m=4, F=1, I=1, W=1, offload={"d2h": 0.25})
+    a, b = _solve(keep), _solve(offered)
+    assert a.objective_value == b.objective_value == 15 and b.status == "optimal"
+    assert simulate(keep, a.schedule).peak_memory == [4.0, 3.0, 2.0, 1.0]
+    assert b.schedule.meta["solver"]["memory_phase"]["cp_status"] == "OPTIMAL"
+    sim = simulate(offered, b.schedule)
+    assert sim.feasible and sim.makespan == 15 and sum(sim.peak_memory) == 6
+    assert any(op.kind == "O" for op in b.schedule.ops())
+
+
+def test_greedy_with_recompute_starts_a_v_placement_below_keeps_minimum():
+    """No hand-made family covers V with recompute; the greedy's recompute proxy does. Keep
+    needs 2.0 per device; at 1.6 the proxy holds max(kept 0.25, weight 0.5) = 0.5 per unit
+    and keeps one activation's extra (1 - 0.5) free: limit 1.6 - 0.5 = 1.1."""
+    from zbsolve.solver.api import Budget, _greedy, serial_schedule
+    from zbsolve.solver.bounds import min_memory_limit
+    from zbsolve.solver.mode_greedy import recompute_proxy
+
+    inst = make_instance(p=2, m=6, v=2, placement="v", weight=0.5, limit=1.6,
+                         recompute={"R": 1, "kept": 0.25})
+    assert min_memory_limit(inst.with_modes(("keep",))) == [2.0, 2.0]
+    proxy = recompute_proxy(inst)
+    assert proxy.activation == (0.5,) * 4 and proxy.limit == (1.1, 1.1)
+    assert proxy.modes == ("keep",)
+    found = {c.name: c for c in _greedy(inst, "makespan", Budget(10.0, False))}
+    assert list(found) == ["greedy-recompute"]  # the keep greedy cannot fit 1.6
+    c = found["greedy-recompute"]
+    sim = simulate(inst, c.schedule)
+    assert sim.feasible and sim.makespan == c.sim.makespan
+    assert c.sim.makespan < simulate(inst, serial_schedule(inst)).makespan == 72
+    assert all(op.kind != "O" for op in c.schedule.ops())
+    assert any(op.kind == "R" for op in c.schedule.ops())
+    # no room for one re-materialized unit: no proxy (the serial witness remains)
+    assert recompute_proxy(inst.with_(limit=0.5)) is None
+    assert recompute_proxy(make_instance(p=2, m=6, limit=1.6)) is None  # no recompute offered
+
+
+def test_large_method_keeps_the_incumbents_modes_and_reorders_its_recomputes():
+    from zbsolve.solver.api import SolveOptions, solve
+    from zbsolve.solver.large import improve
+
+    inst = make_instance(p=4, m=16, limit=2.0, weight=0.5, recompute={"R": 1, "kept": 0.1})
+    r = solve(inst, SolveOptions(time_limit=10, workers=2, seed=0, method="large"))
+    info = r.schedule.meta["solver"]
+    assert info["method"] == "large" and "keeps the memory modes" in info["note_modes"]
+    large = info["large"]
+    assert large["windows"] >= 1 and r.objective_value <= large["start_value"]
+    sim = simulate(inst, r.schedule)
+    assert sim.feasible and sim.makespan == r.objective_value
+    modes = TaskGraph.of(inst, r.schedule.ops()).modes
+    assert modes and set(modes.values()) == {"recompute"}
+    # offload copies: the window model has no copy stream, so the schedule comes back as is
+    inst2, mixed = _mixed()
+    out, out_sim, stats = improve(inst2, mixed, time_limit=5)
+    assert out is mixed and stats.windows == 0 and out_sim.feasible
+
+
 def test_bounds_with_modes_stay_below_the_optimum():
     from zbsolve.solver.bounds import analytic_bound, memory_end_bounds
 
@@ -361,6 +434,30 @@ def test_torch_csv_ext_writes_mode_cells_in_row_order(tmp_path):
     assert report.p2p_checks  # the lowered table was proved deadlock-free
 
 
+def test_torch_csv_ext_mode_cells_read_back_to_the_same_schedule(tmp_path):
+    from zbsolve.export import write
+    from zbsolve.export.torch_csv import parse_cell, read_torch_csv
+
+    assert parse_cell("3RS12") == ([Op("RS", 3, 12)], None)
+    assert parse_cell("3O12") == ([Op("O", 3, 12)], None)
+    assert parse_cell(" 3L12 ") == ([Op("L", 3, 12)], None)
+    assert parse_cell("3R12") == ([Op("R", 3, 12)], None)
+    with pytest.raises(ValueError, match=r"bad token '3X12'.*<R\|RS\|O\|L>"):
+        parse_cell("3X12")
+    inst, sched = _mixed()
+    rows = [list(row) for row in sched.orders]
+    rows[2].insert(1, Op("RS", 2, 0))  # selective needs its fields: a second instance
+    sel = inst.with_(recompute={"R": 1, "kept": 0.1, "R_selective": 0.5, "kept_selective": 0.3})
+    for i, (instance, schedule) in enumerate(((inst, sched), (sel, Schedule(rows, name="sel")))):
+        out = tmp_path / f"ext{i}.csv"
+        write(instance, schedule, "torch-csv-ext", out)
+        back = read_torch_csv(out)
+        assert back.orders == schedule.orders
+        a, b = simulate(instance, schedule), simulate(instance, back)
+        assert (a.makespan, a.peak_memory) == (b.makespan, b.peak_memory)
+        assert a.start == b.start
+
+
 def test_executor_table_carries_mode_actions(tmp_path):
     from zbsolve.export import write
     from zbsolve.export.executor import load_table, schedule_from_table
@@ -378,17 +475,19 @@ def test_executor_table_carries_mode_actions(tmp_path):
     assert again.makespan == simulate(inst, sched).makespan
 
 
-def test_runner_refuses_tables_with_memory_modes(tmp_path):
+def test_runner_takes_tables_with_memory_modes_on_its_own_engine_only():
     pytest.importorskip("torch")
     from zbsolve.export.executor import lower
+    from zbsolve.runtime.model import GPTConfig
     from zbsolve.runtime.runner import TableMismatch, check_table
 
     inst, sched = _mixed()
     table = lower(inst, sched)
-    with pytest.raises(TableMismatch, match=r"uses memory modes \(L, O, R actions: recompute "
-                                            r"/ offload copies\); the runner does not execute "
-                                            r"them yet \(issue 13\)"):
-        check_table(table, table.ranks, {})
+    cfg = GPTConfig.preset("gpt-tiny", layers=4)
+    check_table(table, table.ranks, cfg)  # tests/test_runtime_modes.py runs such tables
+    with pytest.raises(TableMismatch, match=r"engine torch: torch's pipelining runtime has no "
+                                            r"recompute / offload actions \(L, O, R in table"):
+        check_table(table, table.ranks, cfg, "torch")
 
 
 # ---------------------------------------------------------------------- sweep and minimum memory

@@ -366,3 +366,92 @@ def test_out_of_range_actions_are_all_named():
     rows[0][2] = dataclasses.replace(rows[0][2], mb=2)
     assert static_errors(_table(rows))[:2] == [f"rank 0 position 0 (2F0): {RANGE}",
                                            f"rank 0 position 2 (0F2): {RANGE}"]
+
+
+def test_batched_stuck_line_lists_every_unmatched_op_of_a_later_batch():
+    """Rank 0's batch 1 (positions 1..4) has four ops; rank 1 sends 1SEND_B0, which matches
+    0RECV_B0, and finishes: the other three, two sends and a receive, stay unmatched."""
+    table = _rows_of(
+        [("SEND_F", 0, 0, 1, 1, 0), ("SEND_F", 0, 1, 1, 1, 1), ("RECV_B", 0, 0, 1, 1, 1),
+         ("RECV_B", 0, 1, 1, 1, 1), ("SEND_F", 0, 2, 1, 1, 1)],
+        [("RECV_F", 1, 0, 0, 0, 0), ("SEND_B", 1, 0, 0, 0, 1)])
+    report = check(table, "batched", static=[])
+    assert (report.errors, report.transfers) == ([], 2)
+    assert report.stuck == [
+        "rank 0 stuck in batch 1 (positions 1..4), unmatched: 0SEND_F1 (to rank 1), "
+        "0RECV_B1 (from rank 1), 0SEND_F2 (to rank 1)"]
+
+
+def test_batched_stuck_line_of_a_one_op_batch():
+    report = check(_rows_of([("SEND_F", 0, 0, 1, 1, 0)], []), "batched", static=[])
+    assert (report.transfers, report.stuck) == (
+        0, ["rank 0 stuck in batch 0 (positions 0..0), unmatched: 0SEND_F0 (to rank 1)"])
+
+
+SEGMENTED = dict(devices=2, microbatches=2, segments=2, comm=0.5, times=dict(F=1, I=1, W=1))
+# rank 0: 0F0 0SEND_F0 0F0.1 0SEND_F0.1 0F1 0SEND_F1 0RECV_B0.1 0B0.1 0RECV_B0 0F1.1 ...
+# rank 1: 1RECV_F0 1RECV_F0.1 1F0 1RECV_F1 1F0.1 1B0.1 1SEND_B0.1 1F1 1B0 1SEND_B0 ...
+
+
+def _segmented_rows():
+    inst = load_instance(SEGMENTED)
+    table = lower(inst, generate("seq1f1b", inst))
+    return table, [list(r) for r in table.actions]
+
+
+def _swap(row, a, b):
+    i, j = _find(row, a), _find(row, b)
+    row[i], row[j] = row[j], row[i]
+
+
+def test_every_input_of_an_op_is_checked_after_a_missing_one():
+    """1F0.1 has two inputs: 0F0.1 (dropped: never computed) and 1F0 (moved after it): both named."""
+    table, rows = _segmented_rows()
+    del rows[0][_find(rows[0], "0F0.1")]
+    _swap(rows[1], "1F0", "1F0.1")
+    errors = static_errors(dataclasses.replace(table, actions=rows))
+    assert [e for e in errors if BATCH not in e] == [
+        "rank 1 position 2 (1F0.1): its input 0F0.1 is never computed",
+        "rank 1 position 2 (1F0.1): runs before 1F0 at position 4 on the same rank",
+        "rank 0 position 2 (0SEND_F0.1): no matching producer/consumer/peer action",
+        "rank 1 position 1 (1RECV_F0.1): no matching producer/consumer/peer action"]
+    assert len(errors) == 4 + 7  # rank 0's batches after the dropped op, one each
+
+
+def test_every_input_of_an_op_is_checked_after_a_same_rank_one():
+    """1B0's inputs are 1F0 (same rank, in order) and 1B0.1 (same rank, moved after it)."""
+    table, rows = _segmented_rows()
+    _swap(rows[1], "1B0", "1B0.1")
+    assert static_errors(dataclasses.replace(table, actions=rows)) == [
+        "rank 1 position 6: sends 1B0.1's output before computing it (position 8)",
+        "rank 1 position 5 (1B0): runs before 1B0.1 at position 8 on the same rank"]
+
+
+def test_memory_mode_actions_are_compute_not_orphan_comms():
+    """A recompute table: 0R0 (the recomputed forward) is a compute action of its rank; it
+    needs no SEND/RECV. Without it the unit is a kept one (the table's ops say which mode a
+    unit runs in): only the batch numbers, which counted 0R0 as a separator, are off."""
+    from zbsolve.solver.bounds import serial_schedule
+
+    inst = make_instance(p=2, m=2, comm=0.5, recompute={"R": 0.5, "kept": 0.25})
+    table = lower(inst, serial_schedule(inst))
+    assert " ".join(a.token for a in table.actions[0]) == (
+        "0F0 0SEND_F0 0R0 0RECV_B0 0I0 0W0 0F1 0SEND_F1 0R1 0RECV_B1 0I1 0W1")
+    assert static_errors(table) == []
+    assert [(r.ok, r.transfers) for r in require_safe(table)] == [(True, 4), (True, 4)]
+    rows = [list(r) for r in table.actions]
+    del rows[0][_find(rows[0], "0R0")]
+    assert static_errors(dataclasses.replace(table, actions=rows)) == [
+        f"rank 0 position 2 (0RECV_B0): batch 1, expected 0 {BATCH}",
+        f"rank 0 position 6 (0SEND_F1): batch 2, expected 1 {BATCH}",
+        f"rank 0 position 8 (0RECV_B1): batch 3, expected 2 {BATCH}"]
+
+
+def test_blocking_scan_goes_on_past_a_rank_whose_peer_has_finished():
+    """Rank 0 sends to rank 1, which has nothing left; ranks 2 and 3 still match their pair."""
+    rows = [[_comm("SEND_F", 0, 0, 1, 1, 0)], [],
+            [_comm("SEND_F", 0, 0, 3, 1, 0)], [_comm("RECV_F", 1, 0, 2, 0, 0)]]
+    report = check(_table(rows=rows, placement=[0, 1, 2, 3]), "blocking", static=[])
+    assert report.transfers == 1
+    assert report.stuck == [
+        "rank 0 stuck at position 0: 0SEND_F0 (send to rank 1); rank 1 has finished"]

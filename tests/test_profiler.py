@@ -279,3 +279,47 @@ def test_gpu_budget_subtracts_resident_state_and_rejects_a_model_that_does_not_f
     assert _budget(torch.device("cpu"), None, stages, (0, 1, 1, 0), 2, 5.0, 0)[0] == [5.0, 5.0]
     with pytest.raises(ValueError, match="--optimizer-states"):
         _budget(cuda, 100_000, stages, (0, 1, 1, 0), 2, None, -1)
+
+
+@pytest.mark.torch
+def test_profile_measures_recompute_and_says_copies_are_not_measured_on_cpu():
+    pytest.importorskip("torch")
+    from zbsolve.profiler import profile
+    from zbsolve.runtime.model import GPTConfig
+
+    cfg = GPTConfig(**TINY)
+    run = profile(cfg, devices=1, chunks=2, microbatches=2, repeats=2, warmup=0,
+                  modes=("recompute", "offload"))
+    data = instance_dict(run)
+    inst = load_instance(data)  # the loader reads the fields the profiler wrote
+    assert inst.modes == ("keep", "recompute")  # offload not offered: nothing measured
+    assert "offload" not in data and inst.offload is None
+    assert all(r > 0 for r in inst.recompute.R)
+    b, s, h = cfg.microbatch_size, cfg.seq, cfg.hidden
+    kept = [b * s * 8, b * s * h * 4 + b * s * 8]  # token ids; last stage: input and targets
+    assert list(inst.recompute.kept) == [round(k / MIB, 6) for k in kept]
+    meta = data["meta"]["modes"]
+    assert meta["recompute"]["kept_bytes"] == kept
+    activation = [max(st.saved_bytes, st.held_bytes) for st in run.stages]
+    assert meta["recompute"]["kept_fraction"] == [round(k / a, 6)
+                                                  for k, a in zip(kept, activation)]
+    assert meta["offload"].startswith("not measured on CPU")
+    assert "no selective variant" in meta["recompute"]["selective"]
+    with pytest.raises(ValueError, match="--modes: expected a comma-separated list of "
+                                         "recompute, offload, got keep"):
+        profile(cfg, devices=1, chunks=2, microbatches=2, modes=("keep",))
+
+
+def test_profile_cli_refuses_bad_modes_before_measuring(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from zbsolve.cli import main
+
+    out = str(tmp_path / "x.yaml")
+    rc = main(["profile", "--devices", "1", "--microbatches", "2", "--modes", "recompute,keep",
+               "-o", out])
+    assert rc == 2 and "--modes: expected a comma-separated list of recompute, offload, got keep" \
+        in capsys.readouterr().err
+    rc = main(["profile", "--module", "own_module_example:build", "--devices", "1",
+               "--microbatches", "2", "--modes", "recompute", "-o", out])
+    assert rc == 2 and "--modes: the memory modes are measured on the built-in GPT" \
+        in capsys.readouterr().err

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import assert_runs_match_reference
 
 torch = pytest.importorskip("torch")
 
@@ -185,13 +186,8 @@ def _run_group(p: int, m: int, tmp_path: Path, torch_names: tuple[str, ...]):
     jobs += [torch_csv_job(label, t, cfg, tmp_path) for label, t in tables
              if label.split()[0] in torch_names]
     reports = run_jobs(jobs, p, RunOptions(timeout_s=60))
-    assert [r["label"] for r in reports] == [j.label for j in jobs]
-    bad = [(r["label"], r["max_rel_diff"], r["worst"], r["missing"]) for r in reports
-           if not r["ok"]]
-    assert not bad, bad
+    assert_runs_match_reference(reports, [j.label for j in jobs], RTOL)
     for r in reports:
-        assert r["max_rel_diff"] <= RTOL
-        assert r["losses"] == pytest.approx(r["reference_losses"], rel=RTOL)
         n = len(list(GPT(cfg).parameters()))  # per step: the loss and every gradient; then
         assert r["checked"] == r["steps"] * (1 + n) + n  # every final parameter, exactly once
     return tables, reports
@@ -247,7 +243,9 @@ def test_stuck_rank_makes_its_peer_time_out():
     t0 = time.perf_counter()
     with pytest.raises(RankFailed, match=r"rank 0 failed: P2PTimeout: P2P .* timed out after 4s"):
         run_jobs([job], 2, RunOptions(timeout_s=4, hang_at=(1, 2)))
-    assert time.perf_counter() - t0 < 40
+    # no hang: the 4 s timeout ends it; the slack is for starting two torch ranks on a loaded
+    # 2-core machine (43 s seen once under load, with a limit of 40)
+    assert time.perf_counter() - t0 < 120
 
 
 def test_cli_runs_a_table_and_refuses_a_mismatch(tmp_path):

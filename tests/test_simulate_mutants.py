@@ -301,3 +301,18 @@ def test_a_fused_b_with_only_one_split_half_is_named(kept):
     drop = {"I": Op("W", 0, 11), "W": Op("I", 0, 11)}[kept]
     orders[0] = [x for x in orders[0] if x != drop] + [Op("B", 0, 11)]
     assert _error(M12, orders) == "backward run both fused (B) and split (I/W): 0B11"
+
+
+def test_a_pair_waits_for_its_second_ops_input():
+    """Device 1 runs (1F1;2B0): 1F1's input 0F1 ends at 2, 2B0's input 3B0 only at 6, so the
+    pair starts at 6 (not at 3, when device 1 is free) and ends at 6 + 0.75 * (1 + 2) = 8.25.
+    Device 0: 0F0 0-1, 0F1 1-2, 3F0 3-4 (after 2F0 2-3), 3B0 4-6."""
+    inst = load_instance({**V_PAIRS, "microbatches": 2, "overlap": {"FB": 0.75}})
+    F, B = (lambda s, j: Op("F", s, j)), (lambda s, j: Op("B", s, j))
+    orders = [[F(0, 0), F(0, 1), F(3, 0), B(3, 0), F(3, 1), B(3, 1), B(0, 0), B(0, 1)],
+              [F(1, 0), F(2, 0), Pair(F(1, 1), B(2, 0)), F(2, 1), B(2, 1), B(1, 0), B(1, 1)]]
+    r = simulate(inst, Schedule(orders))
+    assert (r.end[F(0, 1)], r.end[B(3, 0)]) == (2.0, 6.0)
+    assert [(r.start[op], r.end[op]) for op in (F(1, 1), B(2, 0))] == [(6.0, 8.25)] * 2
+    # then 2F1 8.25-9.25, 3F1 9.25-10.25, 3B1 -12.25, 2B1 -14.25, 1B0 -16.25, 0B0 -18.25, 0B1 -20.25
+    assert r.makespan == 20.25

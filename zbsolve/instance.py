@@ -53,8 +53,8 @@ _SEGMENT_MODEL_KEYS = {"seq", "hidden", "heads", "ffn", "vocab", "layers", "atte
 SegTable = tuple[tuple[float, ...], ...]
 """Per stage, per segment (``table[stage][seg]``)."""
 REPLICAS = (1, 2)
-_RECOMPUTE_KEYS = {"R", "kept", "R_selective", "kept_selective"}
-_OFFLOAD_KEYS = {"fraction", "d2h", "h2d", "streams"}
+_RECOMPUTE_KEYS = ("R", "kept", "R_selective", "kept_selective")
+_OFFLOAD_KEYS = ("fraction", "d2h", "h2d", "streams")
 COPY_STREAMS = (1, 2)
 SEGMENTED = ("F", "I", "W", "activation", "weight")
 """The per-stage figures that have per-segment tables."""
@@ -710,21 +710,29 @@ def _replicated(spec: Any, replicas: int) -> Any:
     return dataclasses.replace(spec, **changes)
 
 
+def _mode_mapping(raw: Any, name: str, keys: tuple[str, ...], required: tuple[str, ...],
+                  meaning: str) -> None:
+    """The shape both memory modes' fields share: a mapping of known keys with the required
+    ones present (each message names the field and what it means)."""
+    if not isinstance(raw, dict):
+        raise InstanceError(f"{name}: expected a mapping with {' and '.join(required)} (per "
+                            f"stage), got {raw!r}")
+    unknown = set(raw) - set(keys)
+    if unknown:
+        raise InstanceError(f"{name}: unknown key(s) {sorted(unknown)}; expected "
+                            f"{', '.join(keys)}")
+    for key in required:
+        if key not in raw:
+            raise InstanceError(f"{name}.{key}: required ({meaning})")
+
+
 def _recompute(raw: Any, S: int, activation: tuple[float, ...]) -> Recompute | None:
     """``recompute: {R, kept[, R_selective, kept_selective]}``: what recomputing costs and keeps."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise InstanceError(f"recompute: expected a mapping with R and kept (per stage), got "
-                            f"{raw!r}")
-    unknown = set(raw) - _RECOMPUTE_KEYS
-    if unknown:
-        raise InstanceError(f"recompute: unknown key(s) {sorted(unknown)}; expected R, kept, "
-                            "R_selective, kept_selective")
-    for key in ("R", "kept"):
-        if key not in raw:
-            raise InstanceError(f"recompute.{key}: required (R: the time to recompute a "
-                                "forward; kept: what a recomputed forward keeps, its checkpoint)")
+    _mode_mapping(raw, "recompute", _RECOMPUTE_KEYS, ("R", "kept"),
+                  "R: the time to recompute a forward; kept: what a recomputed forward keeps, "
+                  "its checkpoint")
     if ("R_selective" in raw) != ("kept_selective" in raw):
         raise InstanceError("recompute: R_selective and kept_selective go together (the "
                             "selective variant's time and what it keeps)")
@@ -752,16 +760,9 @@ def _offload(raw: Any, S: int) -> Offload | None:
     """``offload: {fraction, d2h[, h2d][, streams]}``: what moves to host and how fast."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise InstanceError(f"offload: expected a mapping with fraction and d2h (per stage), "
-                            f"got {raw!r}")
-    unknown = set(raw) - _OFFLOAD_KEYS
-    if unknown:
-        raise InstanceError(f"offload: unknown key(s) {sorted(unknown)}; expected fraction, "
-                            "d2h, h2d, streams")
-    if "d2h" not in raw:
-        raise InstanceError("offload.d2h: required (the time to copy a stage's activation "
-                            "share to host; h2d, the copy back, defaults to it)")
+    _mode_mapping(raw, "offload", _OFFLOAD_KEYS, ("d2h",),
+                  "the time to copy a stage's activation share to host; h2d, the copy back, "
+                  "defaults to it")
     fraction = _per(raw.get("fraction", 1.0), S, "offload.fraction", "logical stage")
     for s, f in enumerate(fraction):
         if f > 1:

@@ -345,12 +345,18 @@ def _run(graph: TaskGraph, sched: Schedule, split: Lanes | None = None
             if pos[d] < len(orders[d]):
                 entry = orders[d][pos[d]]
                 need = [q for op in ops_of(entry) for q, _ in graph.preds(op) if q not in end]
+                after = [q for q in (waits_for or {}).get(entry, ()) if q not in end]
                 dev, stream = where[d] if where else (d, COMPUTE)
+                why = []
+                if need:
+                    why.append("which needs " + ", ".join(
+                        f"{q} (device {graph.device(q)})" for q in need))
+                if after:  # a row-order rule of the copy streams (module docstring)
+                    why.append("which waits for " + ", ".join(map(str, after))
+                               + " written before it")
                 lines.append(
                     f"device {dev}{' copy stream' if stream != COMPUTE else ''} waits at "
-                    f"position {pos[d]} on {entry}, which needs "
-                    + ", ".join(f"{q} (device {graph.device(q)})" for q in need)
-                )
+                    f"position {pos[d]} on {entry}, " + " and ".join(why))
         raise ScheduleError("deadlock: " + "; ".join(lines))
     if graph.has_step:
         _run_tails(graph, sched, start, end)

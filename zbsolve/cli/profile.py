@@ -129,6 +129,10 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
                         help="with --segments: equal, balanced (equal cost for the runner's "
                         "model) or comma-separated token counts summing to --seq (default: "
                         "equal)")
+    parser.add_argument("--modes", default=None, metavar="recompute,offload",
+                        help="built-in GPT: also measure these memory modes (R and kept of a "
+                        "recompute; d2h / h2d copies of an offload, CUDA only) and write their "
+                        "recompute: / offload: instance fields (default: none)")
 
 
 def register(sub) -> None:
@@ -166,9 +170,14 @@ def run_profile(args: argparse.Namespace, command: str):
         optimizer_states=args.optimizer_states, interval=args.sample_interval, clock=args.clock,
         p2p_mode=args.p2p, segments=args.segments,
         segment_lengths=_lengths_arg(args.segment_lengths),
+        modes=_modes_arg(args.modes),
         name=args.name,
         command=command,
     )
+
+
+def _modes_arg(text: str | None) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip()) if text else ()
 
 
 def _lengths_arg(text: str) -> str | list[int]:
@@ -211,6 +220,9 @@ def handle_own_model(args, spec, command: str) -> int:
     from zbsolve.profiler.units import parse_size
     from zbsolve.profiler.writer import format_table
 
+    if getattr(args, "modes", None):
+        raise ValueError("--modes: the memory modes are measured on the built-in GPT (--model) "
+                         "only; drop --modes with --hf/--module")
     if not args.output and not args.layer_profile:
         raise ValueError("--hf/--module: nothing to write; give -o INSTANCE (with --devices and "
                          "--microbatches) and/or --layer-profile FILE")
@@ -270,9 +282,11 @@ def handle(args) -> int:
                              "built-in GPT (--model)")
     run = run_profile(args, command)
     written = write_instances(run, args.output, args.round)
+    modes = mode_summary(run)
     if args.json:
         print_json({"written": [str(p) for p in written], "stages": comparison_rows(run),
-                    "comm_ms": run.comm.to_dict(), "analytic": analytic(run)})
+                    "comm_ms": run.comm.to_dict(), "analytic": analytic(run),
+                    **({"modes": modes} if run.modes else {})})
         return 0
     print(f"{run.name}: {run.device}, {run.threads} thread(s), {run.clock} clock, median of "
           f"{run.repeats} after {run.warmup} warm-up; analytic = {run.memory_model.label}")
@@ -282,5 +296,37 @@ def handle(args) -> int:
           f"median {c.median:.4g} ms [min {c.min:.4g}, max {c.max:.4g}]")
     limit = "none" if run.limit_bytes is None else f"{run.limit_bytes[0] / 2**20:.6g} MiB"
     print(f"memory limit per device: {limit} ({run.limit_source})")
+    for line in mode_lines(modes):
+        print(line)
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def mode_summary(run) -> dict:
+    """The measured memory modes as written (``meta.modes`` plus the instance fields)."""
+    from zbsolve.profiler.writer import mode_fields
+
+    if not run.modes:
+        return {}
+    fields, meta = mode_fields(run, lambda x: round(x, 6))
+    return {**fields, "meta": meta}
+
+
+def mode_lines(modes: dict) -> list[str]:
+    if not modes:
+        return []
+    out = []
+    if "recompute" in modes:
+        r, meta = modes["recompute"], modes["meta"]["recompute"]
+        out.append("recompute: R ms " + ", ".join(f"{x:.4g}" for x in r["R"]) + "; kept "
+                   + ", ".join(f"{x:.1%}" for x in meta["kept_fraction"])
+                   + " of the activation (selective: " + meta["selective"] + ")")
+    off = modes["meta"].get("offload")
+    if isinstance(off, str):
+        out.append(f"offload: copy times {off}")
+    elif off is not None:
+        o = modes["offload"]
+        out.append("offload: d2h ms " + ", ".join(f"{x:.4g}" for x in o["d2h"]) + ", h2d ms "
+                   + ", ".join(f"{x:.4g}" for x in o["h2d"]) + "; d2h GB/s "
+                   + ", ".join(f"{x:.3g}" for x in off["d2h_GB_per_s"]))
+    return out

@@ -11,7 +11,9 @@ Strict on purpose: torch's parser matches a token *prefix* (``3F12x`` silently b
 and does not reject duplicates, so a typo can run a different schedule than the one written.
 Here every cell must match the grammar completely and every op may appear once. The reader
 also takes our extended CSV (``--format torch-csv-ext``), whose compute tokens may carry a
-sequence segment (``3F12.2``); torch's own parser does not.
+sequence segment (``3F12.2``) and whose rows may hold memory-mode cells (``3R12``, ``3RS12``,
+``3O12``, ``3L12``: recompute, selective recompute, copy out, load back, in issue order); torch's
+own parser reads neither.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from zbsolve.ops import Entry, Op, Pair, ops_of
 from zbsolve.schedule import Schedule
 
 _COMPUTE = re.compile(r"(\d+)([FIWB])(\d+)(?:\.(\d+))?")  # .g: our extended CSV's segment
+_MODE = re.compile(r"(\d+)(RS|[ROL])(\d+)(?:\.(\d+))?")  # our extended CSV's memory-mode cells
 _COMM = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
 _STAGE_ACTION = re.compile(r"(\d+)(UNSHARD|RESHARD|REDUCE_GRAD)")
 _OVERLAP = re.compile(r"\(([^()]*)\)OVERLAP_F_B")
 GRAMMAR = (
-    "<stage><F|I|W|B><mb> (e.g. 3F12), <stage><SEND_F|RECV_F|SEND_B|RECV_B><mb>, "
+    "<stage><F|I|W|B><mb> (e.g. 3F12), <stage><R|RS|O|L><mb> (memory modes, torch-csv-ext), "
+    "<stage><SEND_F|RECV_F|SEND_B|RECV_B><mb>, "
     "<stage><UNSHARD|RESHARD|REDUCE_GRAD>, (<compute>;<compute>...)OVERLAP_F_B, or empty"
 )
 
@@ -49,7 +53,7 @@ def parse_cell(cell: str) -> tuple[list[Entry], str | None]:
     text = cell.strip()
     if not text:
         return [], None
-    if m := _COMPUTE.fullmatch(text):
+    if m := _COMPUTE.fullmatch(text) or _MODE.fullmatch(text):
         return [Op(m[2], int(m[1]), int(m[3]), int(m[4] or 0))], None
     if _COMM.fullmatch(text) or _STAGE_ACTION.fullmatch(text):
         return [], text

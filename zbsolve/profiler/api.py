@@ -39,7 +39,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
             interval: float = 0.0, clock: str = "wall", p2p_mode: str = "pingpong",
             p2p_repeats: int = 30, p2p=None, name: str | None = None,
             command: str = "", segments: int = 1,
-            segment_lengths: str | list[int] = "equal") -> ProfileRun:
+            segment_lengths: str | list[int] = "equal",
+            modes: tuple[str, ...] = ()) -> ProfileRun:
     """Profile ``cfg`` (a :class:`zbsolve.runtime.model.GPTConfig`) as S = devices x chunks stages.
 
     ``threads`` is torch's intra-op thread count for the measurements; the runner uses one per
@@ -54,13 +55,17 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     ``segments`` > 1 also measures each sequence segment's F, I, W and memory
     (:mod:`zbsolve.profiler.segments`) with ``segment_lengths`` (equal, balanced for the
     runner's model, or token counts); the instance then holds per-segment tables.
+    ``modes`` (``recompute``, ``offload``) also measures those memory modes
+    (:mod:`zbsolve.profiler.modes`) and writes their instance fields.
     """
     import torch
 
     from zbsolve.profiler.core import profile_model
+    from zbsolve.profiler.modes import check_modes
     from zbsolve.profiler.p2p import measure_p2p
 
     check_counts(repeats, warmup)
+    modes = check_modes(tuple(modes))
     for field, value in (("devices", devices), ("chunks", chunks), ("microbatches", microbatches),
                          ("threads", threads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -81,7 +86,8 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
     torch.set_num_threads(threads)
     try:
         stages = profile_model(cfg, devices * chunks, microbatches, warmup=warmup,
-                               repeats=repeats, device=dev, interval=interval, clock=clock)
+                               repeats=repeats, device=dev, interval=interval, clock=clock,
+                               modes=modes)
         seg_profiles = _segments(cfg, devices * chunks, microbatches, segments, segment_lengths,
                                  warmup, repeats, dev, clock)
     finally:
@@ -102,7 +108,7 @@ def profile(cfg, *, devices: int, chunks: int, microbatches: int, placement: str
         placement=placement, stages=stages, comm=comm, p2p=p2p_info, limit_bytes=limit,
         limit_source=limit_source, device=label, threads=threads, warmup=warmup,
         repeats=repeats, torch_version=str(torch.__version__), command=command, clock=clock,
-        segments=seg_profiles,
+        segments=seg_profiles, modes=modes,
     )
 
 

@@ -19,7 +19,7 @@ from functools import partial
 
 import torch
 
-from zbsolve.profiler.records import StageProfile
+from zbsolve.profiler.records import ModeProfile, ModeSamples, StageProfile
 from zbsolve.profiler.timing import Spread, Stopwatch, check_counts
 from zbsolve.runtime.iw_split import StageRunner
 from zbsolve.runtime.model import GPTConfig, build_stage_modules, layer_split, lm_loss
@@ -48,6 +48,7 @@ class _StageState:
     times: dict[str, list[float]]
     saved: list[float]
     held: list[float]
+    modes: ModeSamples | None = None  # memory-mode samples (profile_model(modes=...))
 
 
 def _sample(cfg: GPTConfig, st: _StageState, n_stages: int, mb: int, watch: Stopwatch,
@@ -86,10 +87,30 @@ def _sample(cfg: GPTConfig, st: _StageState, n_stages: int, mb: int, watch: Stop
         st.held.append(after_i - before)
 
 
+def _sample_modes(cfg: GPTConfig, st: _StageState, n_stages: int, mb: int, watch: Stopwatch,
+                  device: torch.device, modes: tuple[str, ...], copies) -> None:
+    """One sample of each measured memory mode (:mod:`zbsolve.profiler.modes`)."""
+    from zbsolve.profiler.modes import sample_offload, sample_recompute
+
+    assert st.modes is not None
+    for mode in modes:
+        x, targets, grad = (None if t is None else t.to(device)
+                            for t in _inputs(cfg, st.runner.index, n_stages, st.gen))
+        assert x is not None
+        if mode == "recompute":
+            sample_recompute(st.runner, mb, x, targets, grad, watch, st.modes)
+        elif copies is not None:  # offload: CUDA only
+            sample_offload(st.runner, mb, x, targets, grad, copies, device, st.modes)
+
+
 def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: int = 3,
                   repeats: int = 10, device: torch.device | None = None,
-                  interval: float = 0.0, clock: str = "wall") -> list[StageProfile]:
+                  interval: float = 0.0, clock: str = "wall",
+                  modes: tuple[str, ...] = ()) -> list[StageProfile]:
     """Profile every logical stage of ``cfg`` split into ``n_stages`` (the runner's split).
+
+    ``modes`` (recompute, offload) also measures each round what those memory modes cost
+    (:mod:`zbsolve.profiler.modes`; offload on CUDA only).
 
     Samples are taken round-robin over the stages (sample i of every stage before sample i+1 of
     any), so a slow patch of a shared machine spreads over all stages instead of inflating one.
@@ -109,12 +130,20 @@ def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: i
         runner = StageRunner(module.to(device), s, n_stages, loss_fn=lm_loss,
                              loss_scale=1.0 / microbatches)
         states.append(_StageState(runner, torch.Generator().manual_seed(1000 + s),
-                                  {"F": [], "I": [], "W": []}, [], []))
+                                  {"F": [], "I": [], "W": []}, [], [],
+                                  ModeSamples() if modes else None))
+    copies = None
+    if "offload" in modes and device.type == "cuda":
+        from zbsolve.runtime.stage_modes import HostCopies
+
+        copies = HostCopies(device)
     for i in range(warmup + repeats):
         if interval and i:
             time.sleep(interval)
         for st in states:
             _sample(cfg, st, n_stages, i, watch, device, keep=i >= warmup)
+            if modes and i >= warmup:
+                _sample_modes(cfg, st, n_stages, i, watch, device, modes, copies)
     method = ("CUDA allocator deltas across F and across F+I" if device.type == "cuda" else
               "runner's count of tensors saved for backward (F) and of its deferred "
               "weight-gradient store (after I)")
@@ -129,5 +158,6 @@ def profile_model(cfg: GPTConfig, n_stages: int, microbatches: int, *, warmup: i
             held_bytes=max(Spread.of(st.held).median, 0.0),
             param_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
             memory_method=method,
+            modes=ModeProfile.of(st.modes) if st.modes is not None else None,
         ))
     return out

@@ -2,9 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zbsolve.profiler.timing import Spread
+
+
+@dataclass
+class ModeSamples:
+    """One stage's mode samples so far."""
+
+    R: list[float] = field(default_factory=list)
+    kept: list[float] = field(default_factory=list)
+    d2h: list[float] = field(default_factory=list)
+    h2d: list[float] = field(default_factory=list)
+    moved: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ModeProfile:
+    """Measured memory-mode figures of one stage (times in ms, memory in bytes); None: not
+    measured."""
+
+    R: Spread | None
+    kept_bytes: float | None
+    d2h: Spread | None = None
+    h2d: Spread | None = None
+    moved_bytes: float | None = None
+
+    @staticmethod
+    def of(s: ModeSamples) -> ModeProfile:
+        def spread(xs: list[float]) -> Spread | None:
+            return Spread.of(xs) if xs else None
+
+        return ModeProfile(spread(s.R), Spread.of(s.kept).median if s.kept else None,
+                           spread(s.d2h), spread(s.h2d),
+                           Spread.of(s.moved).median if s.moved else None)
 
 
 @dataclass(frozen=True)
@@ -22,6 +54,7 @@ class StageProfile:
     held_bytes: float  # kept from I's end until W's end (the deferred weight-gradient store)
     param_bytes: int
     memory_method: str
+    modes: ModeProfile | None = None  # when the memory modes were measured (--modes)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ from zbsolve.profiler.units import MEMORY_UNIT, MIB, TIME_UNIT, round_significan
 # The runner's model: fp32 activations, no dropout, scaled_dot_product_attention (fused on CPU
 # and CUDA: only a log-sum-exp per head and token is kept, not the s x s probabilities).
 RUNNER_MODEL = LayerMemoryModel(dtype_bytes=4, dropout=False, fused_attention=True)
+CPU_COPIES = ("not measured on CPU: a host copy there is a memory clone, not a device-host "
+              "transfer; profile with --device cuda for d2h / h2d (pinned memory, copy stream)")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class ProfileRun:
     clock: str = "wall"  # wall | cpu (thread CPU time) | (CUDA: events, reported as wall)
     memory_model: LayerMemoryModel = field(default=RUNNER_MODEL)
     segments: tuple[SegmentProfile, ...] = ()  # per stage, with sequence segments (k > 1)
+    modes: tuple[str, ...] = ()  # memory modes measured (each stage's ``modes``)
 
 
 def _mib(x: float) -> float:
@@ -162,6 +165,9 @@ def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str,
             },
         },
     }
+    if run.modes:
+        fields, data["meta"]["modes"] = mode_fields(run, rnd)
+        data.update(fields)
     if run.segments:
         data.update(_segment_fields(run, rnd))
         data["meta"]["segments"] = _segment_meta(run, rnd)
@@ -169,6 +175,48 @@ def instance_dict(run: ProfileRun, round_digits: int | None = None) -> dict[str,
                          for k in ("F", "I", "W")}
         data["memory"].update(_segment_memory(run.segments))
     return data
+
+
+def mode_fields(run: ProfileRun, rnd) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``recompute`` / ``offload`` instance fields from what was measured (as the instance
+    loader reads them: per stage, times in ms, memory in MiB), and ``meta.modes``: the kept
+    fractions, spreads, bandwidths and what was not measured, with the reason."""
+    activation = [memory_bytes(st)[0] for st in run.stages]
+    profiles = [st.modes for st in run.stages]
+    fields: dict[str, Any] = {}
+    meta: dict[str, Any] = {"measured": list(run.modes)}
+    if "recompute" in run.modes:
+        assert all(p is not None and p.R is not None and p.kept_bytes is not None
+                   for p in profiles)
+        fields["recompute"] = {"R": [rnd(p.R.median) for p in profiles],
+                               "kept": [_mib(p.kept_bytes) for p in profiles]}
+        meta["recompute"] = {
+            "R_spread": [p.R.to_dict() for p in profiles],
+            "kept_bytes": [p.kept_bytes for p in profiles],
+            "kept_fraction": [round(p.kept_bytes / a, 6) for p, a in zip(profiles, activation)],
+            "what": "R: the stage's forward re-run from its kept input (graph and saved tensors "
+                    "rebuilt); kept: the stage input (and targets on the last stage)",
+            "selective": "not measured: the runner's models have no selective variant",
+        }
+    if "offload" in run.modes:
+        if all(p is not None and p.d2h is not None for p in profiles):
+            moved = [p.moved_bytes for p in profiles]
+            fields["offload"] = {
+                "fraction": [round(m / a, 6) for m, a in zip(moved, activation)],
+                "d2h": [rnd(p.d2h.median) for p in profiles],
+                "h2d": [rnd(p.h2d.median) for p in profiles]}
+            meta["offload"] = {
+                "moved_bytes": moved,
+                "d2h_spread": [p.d2h.to_dict() for p in profiles],
+                "h2d_spread": [p.h2d.to_dict() for p in profiles],
+                "d2h_GB_per_s": [round(m / p.d2h.median / 1e6, 3) for m, p in zip(moved, profiles)],
+                "h2d_GB_per_s": [round(m / p.h2d.median / 1e6, 3) for m, p in zip(moved, profiles)],
+                "what": "the stage's saved tensors (its input and output stay on the device), "
+                        "pinned host memory, one copy stream; each copy timed to its end",
+            }
+        else:
+            meta["offload"] = CPU_COPIES
+    return fields, meta
 
 
 def _segment_memory(profiles: tuple[SegmentProfile, ...]) -> dict[str, Any]:

@@ -27,6 +27,9 @@ import torch
 import torch.nn.functional as Fn
 from torch import nn
 
+from zbsolve.runtime.graph_split import SavedTensorCensus
+from zbsolve.runtime.stage_modes import StageModes
+
 LN_EPS = 1e-5
 _ACTIVE: list[WeightGradSink] = []  # stack; read at forward time only (backward may run on
 # the autograd engine's device thread, so closures carry their sink instead of reading this)
@@ -241,14 +244,16 @@ class _Pending:
     x: torch.Tensor | None  # stage input (a leaf that receives the input gradient)
     root: torch.Tensor | None  # output (or scaled loss on the last stage) the backward starts at
     sink: WeightGradSink
+    census: SavedTensorCensus  # the forward's saved tensors (what offload moves)
     saved_bytes: int
     held_bytes: int = 0
     done_input: bool = False
 
 
 @dataclass
-class StageRunner:
-    """One stage's F, I, W and B per microbatch.
+class StageRunner(StageModes):
+    """One stage's F, I, W and B per microbatch (and the memory modes' R, O, L:
+    :class:`~zbsolve.runtime.stage_modes.StageModes`).
 
     ``loss_fn`` and ``loss_scale`` apply on the last stage only: the microbatch loss is scaled
     (1/m) so that summed gradients are those of the mean loss, as torch's runtime does.
@@ -265,14 +270,7 @@ class StageRunner:
 
     def __post_init__(self) -> None:
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.module.parameters()}
-
-    @property
-    def is_first(self) -> bool:
-        return self.index == 0
-
-    @property
-    def is_last(self) -> bool:
-        return self.index == self.n_stages - 1
+        self._init_modes()
 
     def forward(self, mb: int, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """F: run the stage, keep what backward needs; returns the (detached) output to hand on,
@@ -282,8 +280,8 @@ class StageRunner:
         if not self.is_first:
             x = x.detach().requires_grad_(True)
         sink = WeightGradSink()
-        seen: dict[int, int] = {}
-        with deferring(sink), _count_saved(self._param_ptrs, seen):
+        census = SavedTensorCensus(exclude=set(self._param_ptrs))
+        with deferring(sink), census.recording():
             out = self.module(x)
             if self.is_last:
                 if self.loss_fn is None or targets is None:
@@ -291,13 +289,14 @@ class StageRunner:
                 loss = self.loss_fn(out, targets)
                 self.losses[mb] = float(loss.detach())
                 out = loss * self.loss_scale
-        saved = sum(seen.values())
+        saved = census.live_bytes
         self.memory.add(saved)
-        self.pending[mb] = _Pending(x if not self.is_first else None, out, sink, saved)
+        self.pending[mb] = _Pending(x if not self.is_first else None, out, sink, census, saved)
         return loss.detach() if self.is_last else out.detach()
 
     def backward_input(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
         """I: the input gradient only; frees the graph and keeps what W needs."""
+        self.before_backward(mb)
         st = self._get(mb, "backward_input")
         if st.done_input:
             raise RuntimeError(f"stage {self.index}: input backward of microbatch {mb} ran twice")
@@ -323,14 +322,3 @@ class StageRunner:
         st.sink.run()
         self.memory.sub(st.held_bytes)
         del self.pending[mb]
-
-    def backward(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
-        """B: full backward (I then W); the input gradient leaves only when both are done."""
-        grad_in = self.backward_input(mb, grad)
-        self.backward_weight(mb)
-        return grad_in
-
-    def _get(self, mb: int, what: str) -> _Pending:
-        if mb not in self.pending:
-            raise RuntimeError(f"stage {self.index}: {what} of microbatch {mb} without its forward")
-        return self.pending[mb]

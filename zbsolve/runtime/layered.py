@@ -23,6 +23,7 @@ from torch import nn
 
 from zbsolve.runtime.graph_split import SavedTensorCensus, WeightPass, split_backward_input
 from zbsolve.runtime.iw_split import MemoryTracker
+from zbsolve.runtime.stage_modes import StageModes
 
 
 class LayerStack(nn.Module):
@@ -59,8 +60,9 @@ class _Pending:
 
 
 @dataclass
-class GraphStageRunner:
-    """F, I, W and B of one :class:`LayerStack` per microbatch (graph-based I/W split).
+class GraphStageRunner(StageModes):
+    """F, I, W and B of one :class:`LayerStack` per microbatch (graph-based I/W split), and
+    the memory modes' R, O, L (:class:`~zbsolve.runtime.stage_modes.StageModes`).
 
     ``loss_fn(output, targets)`` and ``loss_scale`` apply on the last stage only (the microbatch
     loss scaled by 1/m, as torch's runtime does). ``fused`` (a reason) turns the split off: I is
@@ -81,14 +83,7 @@ class GraphStageRunner:
     def __post_init__(self) -> None:
         self._params = [p for p in self.module.parameters() if p.requires_grad]
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.module.parameters()}
-
-    @property
-    def is_first(self) -> bool:
-        return self.index == 0
-
-    @property
-    def is_last(self) -> bool:
-        return self.index == self.n_stages - 1
+        self._init_modes()
 
     def forward(self, mb: int, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         if mb in self.pending:
@@ -122,6 +117,7 @@ class GraphStageRunner:
 
     def backward_input(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
         """I: the input gradient (on a cut stage: the gradient at the first layer's output)."""
+        self.before_backward(mb)
         st = self._get(mb, "backward_input")
         if st.weights is not None:
             raise RuntimeError(f"stage {self.index}: input backward of microbatch {mb} ran twice")
@@ -159,13 +155,3 @@ class GraphStageRunner:
                 torch.autograd.backward(st.root, st.out_grad, inputs=self._params)
         self.memory.sub(st.held_bytes)
         del self.pending[mb]
-
-    def backward(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
-        grad_in = self.backward_input(mb, grad)
-        self.backward_weight(mb)
-        return grad_in
-
-    def _get(self, mb: int, what: str) -> _Pending:
-        if mb not in self.pending:
-            raise RuntimeError(f"stage {self.index}: {what} of microbatch {mb} without its forward")
-        return self.pending[mb]

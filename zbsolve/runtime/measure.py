@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-KINDS = ("F", "I", "W", "B")
+KINDS = ("F", "I", "W", "B", "R")  # compute-stream jobs (R: a memory mode's recompute)
+COPY_KINDS = ("O", "L")  # offload's copies: on CUDA the stamp is the issue on the copy stream
 BOUNDARY_KINDS = ("OPT", "CHECK", "NORM", "VERDICT", "REDO")
 """The step boundary's stamps (``zbsolve.runtime.step_boundary``): optimizer steps, the global
 check, the partial-state chain, the verdict's return, rollbacks with their redone steps."""
@@ -127,6 +128,9 @@ def summarize(timings: list[Timing], step: int, predicted_makespan: float,
         "ratio_calibrated": calibrated,
         "wait_ms_total": waits,
     }
+    copies = {k: [t.end_ms - t.start_ms for t in rows if t.kind == k] for k in COPY_KINDS}
+    if any(copies.values()):  # the host side of each copy (CPU: the copy; CUDA: its issue)
+        out["copy_ms"] = {k: sum(v) / len(v) for k, v in copies.items() if v}
     syncs = [t for t in rows if t.kind == "SYNC"]
     if syncs:  # the replicas' gradient sum, per rank from its first sync start to its last end
         spans: dict[int, list[Timing]] = defaultdict(list)

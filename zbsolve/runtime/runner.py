@@ -5,8 +5,11 @@ list): :mod:`zbsolve.runtime.workload` hides which.
 
 The rank runs its list in order and nothing else decides anything: F keeps what backward needs;
 I computes the input gradient only and keeps what W needs; W accumulates the weight gradients
-and frees the rest; B is I then W. Hand-offs between two stages of this rank stay in memory;
-the others go through :mod:`zbsolve.runtime.p2p` at the table's SEND/RECV actions.
+and frees the rest; B is I then W. A unit in a memory mode (its R or O / L actions) runs it
+through :mod:`zbsolve.runtime.stage_modes`: a recomputed F keeps only its input and R re-runs
+it; O moves the saved tensors to host and L brings them back before I. Hand-offs between two
+stages of this rank stay in memory; the others go through :mod:`zbsolve.runtime.p2p` at the
+table's SEND/RECV actions.
 
 After its last action of a step the rank runs the step boundary in the table's step mode
 (:mod:`zbsolve.runtime.step_boundary`: local steps, a synchronous global check, or speculative
@@ -43,6 +46,7 @@ from zbsolve.runtime.replicas import (
     sync_gradients,
     sync_groups,
 )
+from zbsolve.runtime.stage_modes import SELECTIVE_REFUSAL, HostCopies
 from zbsolve.runtime.step_boundary import STEP_HANDLERS, Boundary, StageStep, tail_order
 from zbsolve.runtime.workload import Workload, is_layered, workload_for
 
@@ -130,18 +134,21 @@ def check_table(table: ExecutorTable, world: int, cfg: GPTConfig | dict[str, Any
     """Refuse, before anything runs, a table that cannot run on this launch, model and engine.
 
     First what the table gets wrong by itself (``zbsolve.export.judge.judge_table``): its
-    embedded instance, layout and fused-backward flag, its compute order (the simulator), its
-    own SEND/RECV actions (``p2p_check``, blocking and batched) and its instance's memory limit
+    embedded instance, layout and fused-backward flag, its compute order with its memory modes'
+    R / O / L (the simulator: R after F, L after O, the backward after R or L), its own
+    SEND/RECV actions (``p2p_check``, blocking and batched) and its instance's memory limit
     (unless ``allow_over_memory``); then what does not fit this launch: the world size, a
     model with fewer layers than the table has stages, segments on torch's engine or a model
-    without segment support.
+    without segment support, memory modes on torch's engine, selective recompute (no model
+    of the runner has a selective variant).
     """
     modes = sorted({a.kind for row in table.actions for a in row if a.kind in MODE_KINDS})
-    if modes:
-        raise TableMismatch(
-            f"table {table.schedule_name!r} uses memory modes ({', '.join(modes)} actions: "
-            "recompute / offload copies); the runner does not execute them yet (issue 13): "
-            "solve or export without recompute/offload in the instance to run it")
+    if "RS" in modes:
+        raise TableMismatch(f"table {table.schedule_name!r} uses {SELECTIVE_REFUSAL}")
+    if modes and engine == "torch":
+        raise TableMismatch(f"engine torch: torch's pipelining runtime has no recompute / "
+                            f"offload actions ({', '.join(modes)} in table "
+                            f"{table.schedule_name!r}); run it with --engine ours")
     from zbsolve.export.judge import judge_table
 
     verdict = judge_table(table, allow_over_memory=allow_over_memory)
@@ -224,6 +231,7 @@ class _RankState:
     p2p: P2P
     early: dict[int, int]  # pair action index -> its forward's SEND (overlap.early_sends)
     segmented: bool = False  # the table runs (microbatch, segment) units
+    copies: HostCopies | None = None  # offload's host copies (tables with O / L actions)
     local: dict[Key, torch.Tensor] = field(default_factory=dict)  # (dir, consumer stage, ...)
     to_send: dict[Key, torch.Tensor] = field(default_factory=dict)  # (dir, producer stage, ...)
     sent_early: set[Key] = field(default_factory=set)  # sends a pair already posted
@@ -309,8 +317,12 @@ class _StepLoop:
         if x is None:
             x = self._piece(self.tokens, op)
         tgt = self._piece(self.targets, op) if op.stage == g.last[op.stage] else None
+        mode = g.mode(*op.unit)
         t0 = self.clock.mark()
-        out = runner.forward(op.mb, x, tgt, **self._unit(op))
+        if mode == "keep":
+            out = runner.forward(op.mb, x, tgt, **self._unit(op))
+        else:  # recompute keeps only x (zbsolve.runtime.stage_modes)
+            out = runner.forward_mode(op.mb, x, tgt, mode)
         self._stamp(index, action, op, t0, in_pair)
         if op.stage != g.last[op.stage]:
             self._hand_on(op, out)
@@ -329,6 +341,25 @@ class _StepLoop:
     def weight(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
         t0 = self.clock.mark()
         self._runner(op).backward_weight(op.mb, **self._unit(op))
+        self._stamp(index, action, op, t0, in_pair)
+        return t0
+
+    def recompute(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
+        """R: the stage's forward again from the input its F kept."""
+        t0 = self.clock.mark()
+        self._runner(op).recompute(op.mb)
+        self._stamp(index, action, op, t0, in_pair)
+        return t0
+
+    def copy(self, op: Op, index: int, action: Action | None, in_pair: bool = False) -> Any:
+        """O (saved tensors to host) or L (back); on CUDA only issued here, on the copy stream:
+        the stamp is the issue, the backward waits for the load's event."""
+        runner, t0 = self._runner(op), self.clock.mark()
+        if op.kind == "O":
+            assert self.st.copies is not None
+            runner.offload(op.mb, self.st.copies)
+        else:
+            runner.load(op.mb)
         self._stamp(index, action, op, t0, in_pair)
         return t0
 
@@ -394,9 +425,11 @@ class _StepLoop:
 
 
 _OP_HANDLERS = {"F": _StepLoop.forward, "I": _StepLoop.backward, "B": _StepLoop.backward,
-                "W": _StepLoop.weight}
+                "W": _StepLoop.weight, "R": _StepLoop.recompute, "O": _StepLoop.copy,
+                "L": _StepLoop.copy}
 _HANDLERS = {"F": _StepLoop.single, "I": _StepLoop.single, "B": _StepLoop.single,
-             "W": _StepLoop.single, PAIR_KIND: _StepLoop.pair}
+             "W": _StepLoop.single, "R": _StepLoop.single, "O": _StepLoop.single,
+             "L": _StepLoop.single, PAIR_KIND: _StepLoop.pair}
 
 
 def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Workload,
@@ -423,6 +456,7 @@ def _run_step(ctx: RankContext, table: ExecutorTable, st: _RankState, work: Work
         i += 1
     st.p2p.finish()
     leftovers = [f"{k}" for k in (*st.local, *st.to_send, *st.sent_early)]
+    leftovers += [u for r in st.runners.values() for u in getattr(r, "mode_leftovers", ())]
     if leftovers or any(r.pending for r in st.runners.values()):
         raise RuntimeError(f"rank {ctx.rank}: step {step} ended with unfinished work {leftovers}")
     if ctx.device.type == "cuda":
@@ -498,6 +532,8 @@ def run_ours(ctx: RankContext, table: ExecutorTable, work: Workload):
               segment_shapes=shapes)
     early = early_sends(table.actions[ctx.rank], mixed_batches=ctx.opts.backend == "gloo")
     state = _RankState(ctx.rank, graph, runners, p2p, early, segmented=lengths is not None)
+    if any(a.kind == "O" for a in table.actions[ctx.rank]):
+        state.copies = HostCopies(ctx.device, inst.offload.streams if inst.offload else 1)
     clock = Clock(ctx.device)
     timings: list[Timing] = []
     steps: list[dict[str, Any]] = []

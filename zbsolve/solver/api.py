@@ -190,28 +190,47 @@ def best_hand_made(inst: Instance, objective: str, baselines: list):
     return min(fits, key=lambda r: rank_key(inst, r.result, objective), default=None)
 
 
-def _greedy(inst: Instance, objective: str, budget: Budget) -> _Candidate | None:
+def _greedy(inst: Instance, objective: str, budget: Budget) -> list[_Candidate]:
     """The memory-aware greedy list scheduler: it covers placements and budgets no hand-made
     family does. Deterministic mode runs every variant. It schedules keep only: on an
-    instance with memory modes it runs on the keep form, where keep's minimum fits."""
+    instance with memory modes it runs on the keep form, where keep's minimum fits, and on
+    the recompute proxy (``zbsolve.solver.mode_greedy``), whose orders get R jobs."""
+    from zbsolve.solver.mode_greedy import recompute_fewest, recompute_proxy
+
+    keep = inst.with_modes(("keep",)) if inst.offers_modes else inst
+    out = []
+    found = _greedy_orders(keep, objective, budget)
+    if found is not None:
+        sched, sim = found
+        sim = simulate(inst, sched) if keep is not inst else sim
+        if sim.feasible:
+            out.append(_Candidate(sched.name, sched, sim))
+    proxy = recompute_proxy(inst)
+    orders = _greedy_orders(proxy, objective, budget) if proxy is not None else None
+    if orders is not None:
+        found = recompute_fewest(inst, orders[0])
+        if found is not None:
+            out.append(_Candidate(found[0].name, *found))
+    return out
+
+
+def _greedy_orders(inst: Instance, objective: str, budget: Budget
+                   ) -> tuple[Schedule, SimResult] | None:
+    """The best greedy variant on ``inst`` within its share of the budget, or None."""
     from zbsolve.solver.bounds import InfeasibleMemoryError
     from zbsolve.solver.heuristic import GreedyDeadlock, heuristic_schedule
 
-    keep = inst.with_modes(("keep",)) if inst.offers_modes else inst
     seconds = budget.share(GREEDY_SHARE)
     stop_trying = None if budget.deterministic else max(0.0, 0.5 * seconds)
     try:
         with budget.alarm(seconds):
-            sched, sim = heuristic_schedule(keep, objective, time_limit=stop_trying)
+            return heuristic_schedule(inst, objective, time_limit=stop_trying)
     except OutOfTime:
         return None
     except InfeasibleMemoryError:  # below what keep needs; the modes' candidates remain
         return None
     except GreedyDeadlock:  # the other candidates remain (the serial one always fits)
         return None
-    if keep is not inst:
-        sim = simulate(inst, sched)
-    return _Candidate(sched.name, sched, sim) if sim.feasible else None
 
 
 def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines: list,
@@ -237,8 +256,7 @@ def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines
                         best.offer(_Candidate(split.name, split, sim), "hand-made")
     except OutOfTime:
         pass
-    greedy = _greedy(inst, objective, budget)
-    if greedy is not None:
+    for greedy in _greedy(inst, objective, budget):
         best.offer(greedy, "greedy")
     if not best.all or TaskGraph(inst).count() <= EXACT_MAX_OPS:
         serial = serial_schedule(inst)
@@ -289,9 +307,9 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         method = "exact" if n_ops <= EXACT_MAX_OPS else "large"
     info: dict[str, Any] = {"method": method, "ops": n_ops}
     if method == "large" and inst.offers_modes:
-        method = info["method"] = "exact"
-        info["note_modes"] = ("the large-instance method does not choose memory modes yet "
-                              "(issue 13): the exact model chooses them")
+        info["note_modes"] = ("the large-instance method keeps the memory modes of the best "
+                              "starting schedule (it reorders recomputes; a schedule with "
+                              "offload copies is kept as it is); the exact model chooses them")
     analytic = _bound(inst, objective, budget, info)
     until = budget.elapsed() + budget.share(HAND_MADE_SHARE)
     baselines = hand_made(inst, budget, until)
@@ -330,9 +348,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         found = _judged(inst, found, info)
         if found is not None:
             best.offer(_Candidate(found.name, found, validate(inst, found)), "exact")
-    if options.memory_tiebreak and method == "exact" and inst.offers_modes:
-        info["memory_phase"] = "not run: the memory tie-break does not cover memory modes yet"
-    elif options.memory_tiebreak and method == "exact":
+    if options.memory_tiebreak and method == "exact":
         _memory_phase(inst, options, best, budget, info)
 
     chosen = best.best()

@@ -357,7 +357,7 @@ def device_tails(inst: Instance, ht: HeadsTails, device: int,
     """
     graph = graph or TaskGraph(inst)
     caps = memory_precedences(inst) if ht.ordered else None
-    topo = graph.topological(implicit=False)
+    topo = graph.topological(implicit=True)
     succ: dict[Op, list[tuple[Op, float]]] = {op: [] for op in topo}
     for op in topo:
         for q, w in _preds(graph, op, ht.ordered, caps):

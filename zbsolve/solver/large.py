@@ -22,7 +22,10 @@ the window's ops is cheap:
   simulator's earliest-ready order can only end sooner, so the objective is then an upper bound);
 * the new orders are re-timed by the simulator and accepted if the objective is no worse and the
   devices finish earlier. Memory after the window is unchanged by construction (same ops in the
-  window; memory depends on the order only), and the simulator re-checks it anyway.
+  window; memory depends on the order only), and the simulator re-checks it anyway;
+* memory modes: the incumbent's stay fixed (read off its ops, ``TaskGraph.of``): a recompute R
+  is a compute job with its precedences and lifetimes like any other, so windows reorder it; a
+  schedule with offload copies is returned as it is (the window model has no copy stream).
 
 Windows slide with 50% overlap; a pass with every window proven optimal widens them, one with
 time-outs narrows and shifts them; the search stops at the time limit, at the bound, or after a
@@ -49,6 +52,7 @@ from zbsolve.solver.bounds import device_lower_bounds, first_head, heads_tails
 from zbsolve.solver.heuristic import OBJECTIVES, GreedyDeadlock, heuristic_schedule
 
 TOL = 1e-6
+COPY_KINDS = ("O", "L")  # memory-mode copies: on a copy stream the window model lacks
 
 
 @dataclass
@@ -133,6 +137,7 @@ def mb_cut(inst: Instance, orders: list[list[Op]], sim: SimResult, j: int) -> li
 
 def _solve_window(
     si: Instance,
+    graph: TaskGraph,
     orders: list[list[Op]],
     sim: SimResult,
     lo_cut: list[int],
@@ -145,7 +150,6 @@ def _solve_window(
     returns (new orders or None, proved optimal, window size, CP-SAT deterministic time)."""
     from ortools.sat.python import cp_model
 
-    graph = TaskGraph(si)
     p = si.devices
     split = list(zip(lo_cut, hi_cut))
     win: list[Op] = [op for d in range(p) for op in orders[d][split[d][0]:split[d][1]]]
@@ -394,10 +398,13 @@ def improve(
     stats = LNSStats()
     if sched.has_pairs:  # the window model has no pair choices: keep the schedule as it is
         return sched, start_sim, stats
+    if any(op.kind in COPY_KINDS for op in sched.ops()):
+        return sched, start_sim, stats  # nor copy streams (offload): kept as it is
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
-    graph = TaskGraph(si)
     orders = [list(row) for row in split_backward(sched).orders]
+    # the incumbent's memory modes stay fixed: its recomputes are jobs like any other
+    graph = TaskGraph.of(si, (op for row in orders for op in row))
     sim = simulate(si, Schedule(orders))
     if not sim.feasible:  # rounding made the scaled memory stricter: nothing to search from
         return sched, start_sim, stats
@@ -436,8 +443,9 @@ def improve(
         hi_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos + size))
         lo_cut = [min(a, b) for a, b in zip(lo_cut, hi_cut)]
         limit = min(cfg.window_time, max(left() - 0.05, 0.05))
-        new, optimal, n_win, dtime = _solve_window(si, _with_tails(graph, orders, sim), sim,
-                                                   lo_cut, hi_cut, objective, limit, cfg)
+        new, optimal, n_win, dtime = _solve_window(
+            si, graph, _with_tails(graph, orders, sim), sim, lo_cut, hi_cut, objective, limit,
+            cfg)
         spent[0] += dtime
         if new is not None and graph.has_step:
             new = [[o for o in row if not graph.is_tail(o)] for row in new]

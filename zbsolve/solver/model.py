@@ -455,9 +455,6 @@ def build_model(
         b.microbatch_order()
     if secondary not in (None, "memory"):
         raise ValueError(f"secondary: expected None or 'memory', got {secondary!r}")
-    if secondary == "memory" and b.mode_graphs:
-        raise ValueError("secondary='memory' does not cover memory modes yet (issue 13): its "
-                         "peaks count keep's lifetimes only")
     b.devices(redundant, memory_model)
     if b.graph.has_step:
         b.step_tails(redundant)
@@ -746,19 +743,14 @@ class _Builder:
                 _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
                             memory_model, self.derived)
 
-    def _memory_with_modes(self, d: int, memory_model: str) -> None:
-        """Device d's memory when modes are chosen: every mode's lifetimes of every unit (the
-        graph of that mode says them), each present with its mode's literal."""
-        si, model = self.si, self.model
-        limit = si.limit[d]
-        if limit is None:
-            return
-        cap = int(limit - si.resident(d))
-        if cap >= sum(math.ceil(lt.amount) for lt in self.graph.device_lifetimes(d)):
-            return  # no unit ever holds more than its keep lifetimes
+    def _mode_lifetimes(self, d: int) -> list[tuple[cp_model.LinearExprT, cp_model.LinearExprT,
+                                                    int, cp_model.IntVar]]:
+        """Device d's memory lifetimes when modes are chosen: (born, dies, amount, literal) for
+        every mode's lifetimes of every unit (the graph of that mode says them), each present
+        with its mode's literal."""
         items: list[tuple[Lifetime, cp_model.IntVar, ModeChoice | None]] = []
-        for s in si.stages_of(d):
-            for j in si.microbatches_of(s):
+        for s in self.si.stages_of(d):
+            for j in self.si.microbatches_of(s):
                 for g in range(self.graph.segments):
                     items += [(lt, self.keep_lit[(s, j, g)], None)
                               for lt in self.graph.lifetimes(s, j, g)]
@@ -772,23 +764,37 @@ class _Builder:
                 return v if edge == START else v + int(self.graph.duration(op))
             return self.start[op] if edge == START else self.end(op)
 
-        times, changes, actives, intervals, demands = [], [], [], [], []
-        for lt, lit, c in items:
-            born, dies = at(lt.born, lt.born_at, c), at(lt.dies, lt.dies_at, c)
-            amount = math.ceil(lt.amount - 1e-9)  # amounts a share makes fractional: rounded up
-            if memory_model == "reservoir":
+        # amounts a share makes fractional: rounded up
+        return [(at(lt.born, lt.born_at, c), at(lt.dies, lt.dies_at, c),
+                 math.ceil(lt.amount - 1e-9), lit) for lt, lit, c in items]
+
+    def _mode_intervals(self, d: int) -> tuple[list[cp_model.IntervalVar], list[int]]:
+        """``_mode_lifetimes`` as optional intervals with their amounts (for a cumulative)."""
+        intervals, demands = [], []
+        for born, dies, amount, lit in self._mode_lifetimes(d):
+            size = self.model.new_int_var(0, self.horizon, "life")
+            intervals.append(self.model.new_optional_interval_var(born, size, dies, lit, "mem"))
+            demands.append(amount)
+        return intervals, demands
+
+    def _memory_with_modes(self, d: int, memory_model: str) -> None:
+        """Device d's memory under its limit when modes are chosen (``_mode_lifetimes``)."""
+        si, model = self.si, self.model
+        limit = si.limit[d]
+        if limit is None:
+            return
+        cap = int(limit - si.resident(d))
+        if cap >= sum(math.ceil(lt.amount) for lt in self.graph.device_lifetimes(d)):
+            return  # no unit ever holds more than its keep lifetimes
+        if memory_model == "reservoir":
+            times, changes, actives = [], [], []
+            for born, dies, amount, lit in self._mode_lifetimes(d):
                 times += [born, dies]
                 changes += [amount, -amount]
                 actives += [lit, lit]
-                continue
-            size = model.new_int_var(0, self.horizon, f"life{lt.born}{lt.dies}")
-            intervals.append(model.new_optional_interval_var(born, size, dies, lit,
-                                                             f"mem{lt.born}{lt.dies}"))
-            demands.append(amount)
-        if memory_model == "reservoir":
             model.add_reservoir_constraint_with_active(times, changes, actives, 0, cap)
         else:
-            model.add_cumulative(intervals, demands, cap)
+            model.add_cumulative(*self._mode_intervals(d), cap)
 
     def step_tails(self, redundant: bool) -> None:
         """Ensures each device runs its optimizer steps one at a time after its last pipeline
@@ -817,8 +823,9 @@ class _Builder:
         si, graph, model = self.si, self.graph, self.model
         self.peaks, self.peak_tops = [], []
         for d in range(si.devices):
-            intervals, demands = _lifetime_intervals(model, graph, d, self.start, self.end,
-                                                     self.dur, self.horizon, self.derived)
+            intervals, demands = (self._mode_intervals(d) if self.mode_graphs else
+                                  _lifetime_intervals(model, graph, d, self.start, self.end,
+                                                      self.dur, self.horizon, self.derived))
             resident = int(si.resident(d))
             top = sum(demands) + resident
             if si.limit[d] is not None:
