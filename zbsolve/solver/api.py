@@ -194,33 +194,44 @@ def _greedy(inst: Instance, objective: str, budget: Budget) -> list[_Candidate]:
     """The memory-aware greedy list scheduler: it covers placements and budgets no hand-made
     family does. Deterministic mode runs every variant. It schedules keep only: on an
     instance with memory modes it runs on the keep form, where keep's minimum fits, and on
-    the recompute proxy (``zbsolve.solver.mode_greedy``), whose orders get R jobs."""
+    the recompute proxy (``zbsolve.solver.mode_greedy``), whose orders get R jobs; the two
+    share the greedy's allowance (GREEDY_SHARE of the budget)."""
     from zbsolve.solver.mode_greedy import recompute_fewest, recompute_proxy
 
     keep = inst.with_modes(("keep",)) if inst.offers_modes else inst
+    proxy = recompute_proxy(inst)
+    seconds = budget.share(GREEDY_SHARE) / (2 if proxy is not None else 1)
     out = []
-    found = _greedy_orders(keep, objective, budget)
+    found = _greedy_orders(keep, objective, budget, seconds)
     if found is not None:
         sched, sim = found
         sim = simulate(inst, sched) if keep is not inst else sim
         if sim.feasible:
             out.append(_Candidate(sched.name, sched, sim))
-    proxy = recompute_proxy(inst)
-    orders = _greedy_orders(proxy, objective, budget) if proxy is not None else None
-    if orders is not None:
-        found = recompute_fewest(inst, orders[0])
-        if found is not None:
-            out.append(_Candidate(found[0].name, *found))
+    if proxy is None:
+        return out
+    t0 = budget.elapsed()
+    orders = _greedy_orders(proxy, objective, budget, seconds)
+    # deterministic mode: no clock decides anything (the alarm below is then a no-op too)
+    rest = math.inf if budget.deterministic else seconds - (budget.elapsed() - t0)
+    if orders is None or rest <= 0:
+        return out
+    try:
+        with budget.alarm(rest):  # alarms do not nest: the greedy's own has ended
+            found = recompute_fewest(inst, orders[0])
+    except OutOfTime:
+        found = None
+    if found is not None:
+        out.append(_Candidate(found[0].name, *found))
     return out
 
 
-def _greedy_orders(inst: Instance, objective: str, budget: Budget
+def _greedy_orders(inst: Instance, objective: str, budget: Budget, seconds: float
                    ) -> tuple[Schedule, SimResult] | None:
-    """The best greedy variant on ``inst`` within its share of the budget, or None."""
+    """The best greedy variant on ``inst`` within ``seconds``, or None."""
     from zbsolve.solver.bounds import InfeasibleMemoryError
     from zbsolve.solver.heuristic import GreedyDeadlock, heuristic_schedule
 
-    seconds = budget.share(GREEDY_SHARE)
     stop_trying = None if budget.deterministic else max(0.0, 0.5 * seconds)
     try:
         with budget.alarm(seconds):
