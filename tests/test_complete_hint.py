@@ -63,3 +63,19 @@ def test_partial_hint_stays_partial():
     first = next(iter(sm.start))
     sm.add_hint({first: int(sm.start[first].proto.domain[0])})
     assert list(sm.model.proto.solution_hint.vars) == [sm.start[first].index]
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+@pytest.mark.parametrize("step", [None, {"mode": "sync", "optimizer": 1}])
+def test_one_device_completes_its_hint_too(objective, step):
+    """One device: the makespan and step-end maxima have a single term (a max over a list,
+    not over unpacked arguments); the solve, whose memory phase hints completely, proves it."""
+    from zbsolve.solver import solve
+
+    fields = {"devices": 1, "microbatches": 3, "times": {"F": 1, "I": 2, "W": 1},
+              "memory": {"limit": 2}}
+    if step:
+        fields["step"] = step
+    r = solve(load_instance(fields), SolveOptions(time_limit=5, workers=1, seed=0,
+                                                  objective=objective))
+    assert r.status == "optimal" and r.objective_value == (13.0 if step else 12.0)

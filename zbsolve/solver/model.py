@@ -812,7 +812,7 @@ class _Builder:
             for op in tail:
                 model.add(e >= self.end(op))
             self.derived.append(Derived(e, lambda at, known, ops=tail, p=pipeline_end: max(
-                known[p.index], *(at(op, END) for op in ops))))
+                [known[p.index], *(at(op, END) for op in ops)])))
             if redundant:
                 model.add(e >= pipeline_end + sum(self.dur[op] for op in tail))
             self.last[d] = e
@@ -857,8 +857,8 @@ class _Builder:
             implicit = list(self.graph.implicit_ops())
             ends = list(self.last) + [self.end(op) for op in implicit]
             model.add_max_equality(obj, ends)
-            self.derived.append(Derived(obj, lambda at, known: max(
-                *(known[v.index] for v in self.last), *(at(op, END) for op in implicit))))
+            self.derived.append(Derived(obj, lambda at, known: max(  # a list: p may be 1
+                [*(known[v.index] for v in self.last), *(at(op, END) for op in implicit)])))
         else:
             spans = []
             for d in range(si.devices):
