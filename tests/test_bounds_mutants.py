@@ -212,11 +212,18 @@ def test_memory_end_bound_is_gated_off_for_replicas():
     assert bounds.memory_end_bounds(inst) == [None, None]
 
 
-def test_span_bounds_use_the_devices_own_tails():
-    # SMALL_37 (test_bounds.py, optimum span 115): device 1's own tails add 2 to its span bound
+def test_span_bounds_use_the_devices_own_tails(monkeypatch):
+    # SMALL_37 (test_bounds.py, optimum span 115): with the "I down" memory edges (issue 18)
+    # the span bounds are 96 and 103 with or without the devices' own tails
     from test_bounds import SMALL_37
 
     inst = load_instance(SMALL_37)
+    assert bounds.device_span_bounds(inst) == [96.0, 103.0]
+    assert bounds.device_span_bounds(inst, own_tails=False) == [96.0, 103.0]
+    # with the weaker edge they replaced, F(t, j) -> F(s, j+L), device 1's own tails add 2
+    keep = bounds.memory_edges
+    monkeypatch.setattr(bounds, "memory_edges", lambda i, d: [
+        e._replace(kind="F") if e.kind == "I" and e.source > e.stage else e for e in keep(i, d)])
     assert bounds.device_span_bounds(inst) == [92.0, 97.0]
     assert bounds.device_span_bounds(inst, own_tails=False) == [92.0, 95.0]
 
@@ -331,9 +338,16 @@ MEMORY_DECIDES = {"devices": 2, "microbatches": 5, "chunks": 2, "placement": "lo
                   "memory": {"activation": 1, "limit": 2}}
 
 
-def test_the_memory_end_bound_can_decide_the_makespan_bound():
+def test_the_memory_end_bound_can_decide_the_makespan_bound(monkeypatch):
     inst = load_instance(MEMORY_DECIDES)
     assert bounds.memory_end_bounds(inst) == [69.0, 48.0]
+    # since the "I down" memory edges (issue 18) the device bound reaches the optimum, 70
+    assert max(bounds.device_makespan_bounds(inst)) == 70.0
+    assert bounds.analytic_bound(inst) == 70.0
+    # without them the memory end bound decides, as before
+    keep = bounds.memory_edges
+    monkeypatch.setattr(bounds, "memory_edges", lambda i, d: [
+        e for e in keep(i, d) if not (e.kind == "I" and e.source > e.stage)])
     assert max(bounds.device_makespan_bounds(inst)) == 68.0
     assert bounds.analytic_bound(inst) == 69.0
 

@@ -29,6 +29,7 @@ from zbsolve.profiler.timing import Stopwatch
 
 MODES = ("recompute", "offload")
 
+
 def check_modes(modes: tuple[str, ...]) -> tuple[str, ...]:
     bad = [m for m in modes if m not in MODES]
     if bad:

@@ -489,11 +489,11 @@ def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool,
 def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=None,
          bound_callback=None):
     """Solve a built model for ``seconds`` of the budget; returns (solver, status code)."""
-    from zbsolve.solver.cpsat import new_solver
+    from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
 
     solver = new_solver(seconds, workers=options.workers, seed=options.seed,
                         deterministic=options.deterministic, gap=options.gap,
-                        extra=options.cp_params)
+                        extra={**EXACT_MODEL_PARAMS, **options.cp_params})
     if bound_callback is not None:
         solver.best_bound_callback = bound_callback
     code = solver.solve(sm.model, callback) if callback is not None else solver.solve(sm.model)

@@ -133,7 +133,7 @@ def serial_schedule(inst: Instance) -> Schedule:
 class MemoryEdge(NamedTuple):
     """start F(stage, j + lag) >= end (kind, source, j) for every microbatch j (microbatch order)."""
 
-    kind: str  # "I", "W" or "F": the op of microbatch j that must end first
+    kind: str  # "I" or "W": the op of microbatch j that must end first
     source: int  # its stage (on the same device as ``stage``)
     stage: int  # the forward's stage
     lag: int
@@ -154,9 +154,15 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
     2. W(s, j) -> F(t, j+L) for s <= t, w_s > 0, L = floor((limit - A_t) / w_s) + 1: likewise
        microbatch j+L holds A_t and each of j..j+L-1 still holds s's kept part (F(s, .) has
        started; W(s, .) waits on W(s, j) in microbatch order).
-    3. F(t, j) -> F(s, j+L) for s < t, L = floor((limit - A_t) / A_s) + 1. If F(s, j+L) starts
-       before F(t, j) does, then when F(t, j) starts microbatches j+1..j+L hold A_s each and
-       microbatch j holds A_t. Both ops run on d, so F(s, j+L) starts after F(t, j) ends.
+    3. I(t, j) -> F(s, j+L) for s < t, L = floor((limit - A_t) / A_s) + 1 (the higher stage's
+       input backward before the lower stage's forward). Suppose F(s, j+L) starts before
+       I(t, j) ends. If it starts before F(t, j) does, then when F(t, j) starts microbatch j
+       holds A_t and each of j+1..j+L holds A_s (their forwards up to s have started, by
+       microbatch order; their input backwards at s wait on I(t, .) of themselves, which come
+       after F(t, j)). Otherwise, when F(s, j+L) starts, F(t, j) has started and I(t, j) has
+       not ended, so j holds A_t, and each of j+1..j+L holds A_s (input backwards at s wait on
+       I(s, j), which waits on I(t, j)). Either way L·A_s + A_t > limit. (This dominates the
+       earlier F(t, j) -> F(s, j+L), whose proof was the first case alone.)
     """
     limit = inst.limit[d]
     if (limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1
@@ -183,7 +189,7 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
             if inst.weight[s] > 0:
                 out.append(MemoryEdge("W", s, t, lag(room, inst.weight[s])))
             if t > s:
-                out.append(MemoryEdge("F", t, s, lag(room, below[s])))
+                out.append(MemoryEdge("I", t, s, lag(room, below[s])))
     return [e for e in out if e.lag < m]
 
 

@@ -14,6 +14,11 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 MIN_SECONDS = 1e-3
+# For the exact model (one model of every op; api.py's phases): measured on the random
+# multi-chunk family (docs/solver.md, "CP-SAT parameters"). CP-SAT's transitive closure of the
+# precedences took ~7 s of a loaded 2-core machine per worker load of a 768-op model (and again
+# inside every LNS neighbourhood), before any search; without it the search starts at once.
+EXACT_MODEL_PARAMS: dict[str, Any] = {"transitive_precedences_work_limit": 0}
 
 
 def new_solver(seconds: float, *, workers: int, seed: int, deterministic: bool = False,

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from zbsolve.graph import COMPUTE, KEEP, START, Lifetime, TaskGraph
+from zbsolve.graph import COMPUTE, END, KEEP, START, Lifetime, TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Entry, Kind, Op, Pair
 from zbsolve.simulate import allocates
@@ -53,6 +53,21 @@ MEMORY_MODELS = ("cumulative", "reservoir")
 MAX_POW10 = 6
 ROUNDING_TOLERANCE = 1e-3  # relative, per duration
 FULLNESS_STEPS = 10_000  # the memory phase measures fullness (peak / limit) in these steps
+
+TimeAt = Callable[[Op, int], int]  # (op, START or END) -> its time in a hinted schedule
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A variable whose value follows from the ops' start times (a lifetime's length, a
+    device's first start or last end, a span, the objective): ``value(at, known)`` computes
+    it from the hinted starts (``at``) and the values of the derived variables before it
+    (``known``, by variable index). Hinting these completes the hint: CP-SAT then takes a
+    feasible hint as its first solution at once, instead of searching for the missing values
+    (measured on the random multi-chunk family: docs/solver.md, "Complete hints")."""
+
+    var: cp_model.IntVar
+    value: Callable[[TimeAt, dict[int, int]], int]
 
 
 def _is_int(x: float) -> bool:
@@ -236,6 +251,7 @@ class ScheduleModel:
     solo: dict[Op, cp_model.IntVar] = field(default_factory=dict)
     end_var: dict[Op, cp_model.IntVar] = field(default_factory=dict)
     modes: list[ModeChoice] = field(default_factory=list)
+    derived: list[Derived] = field(default_factory=list)
 
     def duration(self, op: Op) -> int:
         return int(self.graph.duration(op))
@@ -344,6 +360,21 @@ class ScheduleModel:
                 self.model.add_hint(self.end_var[op], members[op][1])
             elif op in starts:
                 self.model.add_hint(self.end_var[op], int(starts[op]) + self.duration(op))
+        self._complete_hint(starts)
+
+    def _complete_hint(self, starts: Mapping[Op, int]) -> None:
+        """Hint every ``derived`` variable when the hint gives every op's start (and the
+        model has no pair or mode choices, whose ends and lifetimes depend on the choice)."""
+        if self.pairs or self.modes or any(op not in starts for op in self.start):
+            return
+
+        def at(op: Op, edge: int) -> int:
+            return int(starts[op]) + (0 if edge == START else self.duration(op))
+
+        known: dict[int, int] = {}
+        for d in self.derived:
+            known[d.var.index] = value = d.value(at, known)
+            self.model.add_hint(d.var, value)
 
 
 def microbatch_relabelling(starts: Mapping[Op, float]) -> dict[Op, Op]:
@@ -497,6 +528,7 @@ class _Builder:
         self.first: list[cp_model.IntVar] = []
         self.last: list[cp_model.IntVar] = []
         self.peaks: list[cp_model.IntVar] | None = None  # per device, with ``memory_peaks``
+        self.derived: list[Derived] = []  # what completes a hint of every start
 
     def end(self, op: Op):
         if op in self.end_var:
@@ -675,11 +707,15 @@ class _Builder:
             e = model.new_int_var(0, self.horizon, f"last{d}")
             # A device's first op is an F and its last a W or B (every backward of d follows an
             # F of d, and every op of d is followed by its unit's last op), so only those link.
-            for op in dev_ops:
-                if op.kind == Kind.F:
-                    model.add(f <= self.start[op])
-                elif op == graph.last_op(*op.unit):
-                    model.add(e >= self.end(op))
+            fwds = [op for op in dev_ops if op.kind == Kind.F]
+            lasts = [op for op in dev_ops if op.kind != Kind.F and op == graph.last_op(*op.unit)]
+            for op in fwds:
+                model.add(f <= self.start[op])
+            for op in lasts:
+                model.add(e >= self.end(op))
+            self.derived += [
+                Derived(f, lambda at, _, ops=fwds: min(at(op, START) for op in ops)),
+                Derived(e, lambda at, _, ops=lasts: max(at(op, END) for op in ops))]
             # In microbatch order the first op is the first forward of the device's lowest
             # stage in some replica: exact when there is one such candidate.
             leads = _leads(si, d)
@@ -705,7 +741,7 @@ class _Builder:
                 self._memory_with_modes(d, memory_model)
             else:
                 _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
-                            memory_model)
+                            memory_model, self.derived)
 
     def _mode_lifetimes(self, d: int) -> list[tuple[cp_model.LinearExprT, cp_model.LinearExprT,
                                                     int, cp_model.IntVar]]:
@@ -775,6 +811,8 @@ class _Builder:
             model.add(e >= pipeline_end)
             for op in tail:
                 model.add(e >= self.end(op))
+            self.derived.append(Derived(e, lambda at, known, ops=tail, p=pipeline_end: max(
+                [known[p.index], *(at(op, END) for op in ops)])))
             if redundant:
                 model.add(e >= pipeline_end + sum(self.dur[op] for op in tail))
             self.last[d] = e
@@ -787,7 +825,7 @@ class _Builder:
         for d in range(si.devices):
             intervals, demands = (self._mode_intervals(d) if self.mode_graphs else
                                   _lifetime_intervals(model, graph, d, self.start, self.end,
-                                                      self.dur, self.horizon))
+                                                      self.dur, self.horizon, self.derived))
             resident = int(si.resident(d))
             top = sum(demands) + resident
             if si.limit[d] is not None:
@@ -816,15 +854,21 @@ class _Builder:
         lb = int(math.ceil(analytic_bound(si, self.objective_name) - 1e-9)) if redundant else 0
         obj = model.new_int_var(lb, self.horizon, self.objective_name)
         if self.objective_name == "makespan":
-            ends = list(self.last) + [self.end(op) for op in self.graph.implicit_ops()]
+            implicit = list(self.graph.implicit_ops())
+            ends = list(self.last) + [self.end(op) for op in implicit]
             model.add_max_equality(obj, ends)
+            self.derived.append(Derived(obj, lambda at, known: max(  # a list: p may be 1
+                [*(known[v.index] for v in self.last), *(at(op, END) for op in implicit)])))
         else:
             spans = []
             for d in range(si.devices):
                 sp = model.new_int_var(0, self.horizon, f"span{d}")
                 model.add(sp == self.last[d] - self.first[d])
                 spans.append(sp)
+                self.derived.append(Derived(sp, lambda at, known, e=self.last[d], f=self.first[d]:
+                                            known[e.index] - known[f.index]))
             model.add_max_equality(obj, spans)
+            self.derived.append(Derived(obj, lambda at, known: max(known[v.index] for v in spans)))
         if upper_bound is not None:
             model.add(obj <= int(upper_bound))
         model.minimize(obj if self.peaks is None else self._memory_objective())
@@ -834,7 +878,7 @@ class _Builder:
                                        "pair_choices": len(self.pairs),
                                        "mode_choices": len(self.mode_choices)},
                              pairs=self.pairs, solo=self.solo, end_var=self.end_var,
-                             modes=self.mode_choices)
+                             modes=self.mode_choices, derived=self.derived)
 
 
 def _leads(si: Instance, d: int) -> list[Op]:
@@ -855,6 +899,7 @@ def _add_memory(
     dur: dict[Op, int],
     horizon: int,
     memory_model: str,
+    derived: list[Derived] | None = None,
 ) -> None:
     """Memory of device d against its limit (nothing when the limit can never bind)."""
     limit = si.limit[d]
@@ -875,15 +920,17 @@ def _add_memory(
             changes += [int(lt.amount), -int(lt.amount)]
         model.add_reservoir_constraint(times, changes, 0, cap)
         return
-    intervals, demands = _lifetime_intervals(model, graph, d, start, end, dur, horizon)
+    intervals, demands = _lifetime_intervals(model, graph, d, start, end, dur, horizon, derived)
     model.add_cumulative(intervals, demands, cap)
 
 
 def _lifetime_intervals(model: cp_model.CpModel, graph: TaskGraph, d: int,
-                        start: dict[Op, cp_model.IntVar], end, dur: dict[Op, int], horizon: int
+                        start: dict[Op, cp_model.IntVar], end, dur: dict[Op, int], horizon: int,
+                        derived: list[Derived] | None = None
                         ) -> tuple[list[cp_model.IntervalVar], list[int]]:
     """One interval per memory lifetime of device d (born at F's start, dead at I's, W's or
-    B's end: ``end(op)``, a variable where the op may run in a pair), with its amount."""
+    B's end: ``end(op)``, a variable where the op may run in a pair), with its amount; each
+    length goes into ``derived`` (it completes a hint)."""
     def at(op: Op, edge: int):
         return start[op] if edge == START else end(op)
 
@@ -893,6 +940,9 @@ def _lifetime_intervals(model: cp_model.CpModel, graph: TaskGraph, d: int,
         min_size = dur[lt.born] if lt.born_at == START and not graph.overlap else 0
         size = model.new_int_var(min_size, horizon, f"life{lt.dies}")
         intervals.append(model.new_interval_var(born, size, dies, f"mem{lt.dies}"))
+        if derived is not None:
+            derived.append(Derived(size, lambda at, _, lt=lt: at(lt.dies, lt.dies_at)
+                                   - at(lt.born, lt.born_at)))
         demands.append(int(lt.amount))
     return intervals, demands
 

@@ -1,0 +1,38 @@
+"""The exact model's measured CP-SAT parameters reach the solver, and cp_params override them."""
+
+from __future__ import annotations
+
+from zbsolve.instance import load_instance
+from zbsolve.solver import SolveOptions, cpsat, solve
+
+
+def _inst():
+    return load_instance({
+        "name": "p", "devices": 2, "microbatches": 4, "chunks": 2, "placement": "v",
+        "times": {"F": [2, 3, 2, 3], "I": [3, 3, 2, 4], "W": [1, 2, 1, 2]}, "comm": 1,
+        "memory": {"activation": 1.0, "weight": 0.5, "limit": 3.0}})
+
+
+def _seen(monkeypatch, **options):
+    seen = []
+    keep = cpsat.new_solver
+
+    def spy(*a, **k):
+        solver = keep(*a, **k)
+        seen.append(solver.parameters.transitive_precedences_work_limit)
+        return solver
+    monkeypatch.setattr(cpsat, "new_solver", spy)
+    res = solve(_inst(), SolveOptions(time_limit=10, workers=1, seed=0, **options))
+    assert res.status == "optimal"
+    return seen
+
+
+def test_exact_model_gets_the_measured_parameters(monkeypatch):
+    assert cpsat.EXACT_MODEL_PARAMS == {"transitive_precedences_work_limit": 0}
+    seen = _seen(monkeypatch)
+    assert seen and set(seen) == {0}  # the exact phase and the memory phase
+
+
+def test_cp_params_override_them(monkeypatch):
+    seen = _seen(monkeypatch, cp_params={"transitive_precedences_work_limit": 123})
+    assert seen and set(seen) == {123}
