@@ -235,7 +235,7 @@ class HeadsTails:
 
 
 def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
-                graph: TaskGraph | None = None, memory: bool = True) -> HeadsTails:
+                graph: TaskGraph | None = None) -> HeadsTails:
     """Longest paths through the task graph (plus the microbatch chains when ``ordered``).
 
     With ``source`` the heads are measured from that op's start (ops not reachable from it get
@@ -268,8 +268,7 @@ def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
                 if op.kind in (Kind.W, Kind.B):
                     tail[op] = max(tail[op], graph.duration(graph.sync_op(op.stage)))
         return HeadsTails(head, tail, False)
-    caps = memory_precedences(inst) if memory else None
-    return _walk(graph, graph.topological(), True, source, caps)
+    return _walk(graph, graph.topological(), True, source, memory_precedences(inst))
 
 
 def _step_heads_tails(graph: TaskGraph, head: dict[Op, float], tail: dict[Op, float]) -> None:
@@ -379,16 +378,16 @@ def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
     return min(ht.head[Op(Kind.F, s, inst.microbatches_of(s)[0])] for s in inst.stages_of(device))
 
 
-def _device_jobs(inst: Instance, ht: HeadsTails, tails: bool) -> list[list[tuple[float, float, float]]]:
+def _device_jobs(inst: Instance, ht: HeadsTails) -> list[list[tuple[float, float, float]]]:
     graph = TaskGraph(inst)
-    return [[(ht.head[op], graph.min_duration(op), ht.tail[op] if tails else 0.0)
+    return [[(ht.head[op], graph.min_duration(op), ht.tail[op])
              for op in (*graph.device_ops(d), *graph.tail_ops(d))] for d in range(inst.devices)]
 
 
 def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
     """Per device, a lower bound on the makespan (head-body-tail on its ops)."""
     ht = ht or heads_tails(inst)
-    return [_one_machine_bound(j) for j in _device_jobs(inst, ht, tails=True)]
+    return [_one_machine_bound(j) for j in _device_jobs(inst, ht)]
 
 
 def device_lower_bounds(inst: Instance) -> list[float]:
