@@ -21,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check zbsolve tests examples
 	$(PY) -c "import torch, nbclient, ipykernel, ray, transformers, torchtitan"  # those tests must run, not skip
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=20  # the slowest: the suite must stay under 15 min
 
 bench: $(STAMP)  # writes a new ./zbsolve-bench-DATE-TIME/ (--out results/bench refreshes the committed run)
 	$(VENV)/bin/zbsolve bench
