@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import assert_runs_match_reference
 
 torch = pytest.importorskip("torch")
 
@@ -77,14 +78,8 @@ def pair_count(table: ExecutorTable) -> int:
     return sum(a.is_pair for row in table.actions for a in row)
 
 
-def _check_reports(reports: list[dict], jobs: list[Job], steps: int = 2) -> dict[str, dict]:
-    assert [r["label"] for r in reports] == [j.label for j in jobs]
-    bad = [(r["label"], r["max_rel_diff"], r["worst"], r["missing"]) for r in reports
-           if not r["ok"]]
-    assert not bad, bad
-    for r in reports:
-        assert r["max_rel_diff"] <= RTOL
-        assert r["losses"] == pytest.approx(r["reference_losses"], rel=RTOL)
+def _check_reports(reports: list[dict], jobs: list[Job]) -> dict[str, dict]:
+    assert_runs_match_reference(reports, [j.label for j in jobs], RTOL)
     return {r["label"]: r for r in reports}
 
 
