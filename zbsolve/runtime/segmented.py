@@ -39,6 +39,7 @@ import torch.nn.functional as Fn
 from torch import nn
 
 from zbsolve.runtime.iw_split import MemoryTracker, WeightGradSink, _count_saved, deferring
+from zbsolve.runtime.stage_modes import StagePosition
 
 
 def token_lengths(lengths: Sequence[float], seq: int) -> tuple[int, ...]:
@@ -120,7 +121,7 @@ class _Unit:
 
 
 @dataclass
-class SegmentedStageRunner:
+class SegmentedStageRunner(StagePosition):
     """F, I, W, B of one GPT stage per (microbatch, segment); the interface of
     :class:`~zbsolve.runtime.iw_split.StageRunner` with a ``seg`` argument."""
 
@@ -139,14 +140,6 @@ class SegmentedStageRunner:
     def __post_init__(self) -> None:
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.module.parameters()}
         self._starts = [sum(self.lengths[:g]) for g in range(len(self.lengths))]
-
-    @property
-    def is_first(self) -> bool:
-        return self.index == 0
-
-    @property
-    def is_last(self) -> bool:
-        return self.index == self.n_stages - 1
 
     @property
     def seq(self) -> int:

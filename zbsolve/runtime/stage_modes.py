@@ -130,13 +130,27 @@ class _Offloaded:
     is_loaded: bool = False
 
 
-class StageModes:
+class StagePosition:
+    """Where a stage runner sits in the pipeline (``index`` of ``n_stages``): every stage
+    runner's first / last test, the segmented one's too."""
+
+    index: int  # what the runner provides
+    n_stages: int
+
+    @property
+    def is_first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.index == self.n_stages - 1
+
+
+class StageModes(StagePosition):
     """The base both stage runners share: what they do alike (first / last stage, B = I then
     W, the pending unit of a microbatch) and the memory modes' F, R, O and L."""
 
-    index: int  # what the runner provides (see the module docstring)
-    n_stages: int
-    memory: Any  # MemoryTracker
+    memory: Any  # what the runner provides (see the module docstring): MemoryTracker
     pending: dict[int, Any]
     checkpoints: dict[int, _Checkpoint]
     offloaded: dict[int, _Offloaded]
@@ -150,14 +164,6 @@ class StageModes:
 
     def backward_weight(self, mb: int) -> None:
         raise NotImplementedError
-
-    @property
-    def is_first(self) -> bool:
-        return self.index == 0
-
-    @property
-    def is_last(self) -> bool:
-        return self.index == self.n_stages - 1
 
     def backward(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
         """B: full backward (I then W); the input gradient leaves only when both are done."""
