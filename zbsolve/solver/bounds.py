@@ -518,8 +518,9 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
             prefixes = list(zip(accumulate(inst.activation[t] for t in stages),
                                 accumulate(inst.F[t] for t in stages)))
             x = _knapsack_lp(prefixes, limit, m)
-            y = _knapsack_lp([(mem, work) for mem, work, _ in states if mem > 0 or work > 0],
-                             room, m - 1)
+            # the one state without work (every stage done; I and W are > 0) adds no vertex
+            # above the others: paired with item j it gives at most j alone
+            y = _knapsack_lp([(mem, work) for mem, work, _ in states if work > 0], room, m - 1)
         y += inst.F[top] + full[1]
         work = inst.device_work(d)
         out.append(h_i - min(x, h_i - h_f) + work + max(chain - y, 0.0))
