@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import make_instance
 
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import load_instance
 from zbsolve.ops import Op
 from zbsolve.solver import bounds
@@ -500,3 +501,36 @@ def test_ordered_heads_from_a_source():
     assert {str(op): h for op, h in ht.head.items() if h} == {
         "1I1": 1.0, "1W1": 2.0, "0I1": 2.0, "0W1": 3.0}
     assert len(ht.head) == 12
+
+
+def test_heads_and_tails_say_whether_they_assume_microbatch_order():
+    # device_tails reads ``ordered`` to decide whether the microbatch chains and memory edges
+    # hold: the unordered walks (with and without a source) must say False, the ordered True
+    inst = make_instance(p=2, m=2)
+    assert bounds.heads_tails(inst).ordered is True
+    assert bounds.heads_tails(inst, ordered=False).ordered is False
+    assert bounds.heads_tails(inst, ordered=False, source=Op("F", 0, 1)).ordered is False
+    assert bounds.unordered_heads_tails(inst, source=Op("F", 0, 1)).ordered is False
+
+
+def test_heads_and_tails_walk_the_graph_they_are_given():
+    # p=2, m=1, all ops 1, every unit fused (B = I + W = 2): 0F0 0, 1F0 1, 1B0 2, 0B0 2 + 2 = 4;
+    # tails 0B0 0, 1B0 2, 1F0 2 + 2 = 4, 0F0 5 (the split graph would have I and W ops)
+    inst = make_instance(p=2, m=1)
+    fused = TaskGraph(inst, fused=True)
+    want = {"0F0": (0.0, 5.0), "1F0": (1.0, 4.0), "1B0": (2.0, 2.0), "0B0": (4.0, 0.0)}
+    for ordered in (False, True):
+        ht = bounds.heads_tails(inst, ordered=ordered, graph=fused)
+        assert {str(op): (ht.head[op], ht.tail[op]) for op in ht.head} == want
+
+
+def test_fused_backwards_tails_run_through_the_step():
+    # the same fused graph with the sync step (allreduce 1, check 2, optimizer 3): each B is its
+    # unit's last op and feeds its stage's AR: tails 1 + 2 + 3 = 6 (1B0's own walk gave 2);
+    # heads 1AR 2 + 2 = 4, 0AR 4 + 2 = 6, CHECK max(4, 6) + 1 = 7, OPT 7 + 2 = 9
+    inst = make_instance(p=2, m=1, step=STEP)
+    ht = bounds.heads_tails(inst, ordered=False, graph=TaskGraph(inst, fused=True))
+    assert {str(op): (ht.head[op], ht.tail[op]) for op in ht.head} == {
+        "0F0": (0.0, 5.0), "1F0": (1.0, 4.0), "1B0": (2.0, 6.0), "0B0": (4.0, 6.0),
+        "1AR": (4.0, 5.0), "0AR": (6.0, 5.0), "CHECK": (7.0, 3.0),
+        "0OPT": (9.0, 0.0), "1OPT": (9.0, 0.0)}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import NamedTuple
 
 from zbsolve.graph import TaskGraph
@@ -60,8 +61,9 @@ class InfeasibleMemoryError(InstanceError):
 
 def cheapest_mode(inst: Instance, stage: int) -> str:
     """The memory mode (of those the instance offers) whose unit holds least between its
-    forward and its backward (keep on a tie: it costs no extra work)."""
-    return min(inst.modes, key=lambda m: (inst.kept(stage, m), m != "keep"))
+    forward and its backward; keep on a tie (it costs no extra work): ``inst.modes`` lists it
+    first, and ``min`` returns the first of equal keys."""
+    return min(inst.modes, key=lambda m: inst.kept(stage, m))
 
 
 def min_memory_limit(inst: Instance) -> list[float]:
@@ -165,7 +167,7 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
        earlier F(t, j) -> F(s, j+L), whose proof was the first case alone.)
     """
     limit = inst.limit[d]
-    if (limit is None or inst.replicas != 1 or getattr(inst, "segments", 1) != 1
+    if (limit is None or inst.replicas != 1 or inst.segments != 1
             or inst.overlap is not None or inst.offers_modes):
         # The argument walks one chain of unsegmented solo units: with replicas a device's
         # stages do not share microbatches, with segments a unit's memory is split over ops,
@@ -220,7 +222,7 @@ def _preds(graph: TaskGraph, op: Op, ordered: bool,
         if mem and op.kind == Kind.F and op.stage in mem:
             for e in mem[op.stage]:
                 if op.mb >= e.lag:
-                    q = Op(e.kind, e.source, op.mb - e.lag, op.seg)
+                    q = Op(e.kind, e.source, op.mb - e.lag)  # memory edges: unsegmented
                     out.append((q, graph.min_duration(q)))
     return out
 
@@ -236,73 +238,73 @@ class HeadsTails:
 
 def heads_tails(inst: Instance, ordered: bool = True, source: Op | None = None,
                 graph: TaskGraph | None = None) -> HeadsTails:
-    """Longest paths through the task graph (plus the microbatch chains when ``ordered``).
+    """Longest paths through the task graph, plus the microbatch chains and the memory edges
+    when ``ordered`` (both valid in microbatch order, see the module docstring); without them
+    ``unordered_heads_tails``.
 
     With ``source`` the heads are measured from that op's start (ops not reachable from it get
-    head 0). Without the microbatch chains every microbatch of a replica is the same chain, so
-    only the replica's first one is walked and copied to the others (the source's own
-    microbatch with ``source``): this keeps big instances cheap. The implicit ops (SYNC) join
-    all microbatches, so they are walked in full, after the copies.
+    head 0).
     """
-    graph = graph or TaskGraph(inst)
     if not ordered:
-        R = inst.replicas
-        firsts = [source.mb] if source is not None else list(range(min(R, inst.microbatches)))
-        topo = graph.topological(firsts, implicit=False)
-        one = _walk(graph, topo, False, source)
-        if source is not None:
-            return one
-        head = {op._replace(mb=j): h for op, h in one.head.items()
-                for j in range(op.mb, inst.microbatches, R)}
-        tail = {op._replace(mb=j): t for op, t in one.tail.items()
-                for j in range(op.mb, inst.microbatches, R)}
-        if graph.has_step:
-            _step_heads_tails(graph, head, tail)
-            return HeadsTails(head, tail, False)
-        for op in graph.implicit_ops():
-            head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
-                           default=0.0)
-            tail[op] = 0.0
-        if graph.has_sync:  # every unit's last op then leads to its stage's SYNC
-            for op in list(tail):
-                if op.kind in (Kind.W, Kind.B):
-                    tail[op] = max(tail[op], graph.duration(graph.sync_op(op.stage)))
-        return HeadsTails(head, tail, False)
+        return unordered_heads_tails(inst, source, graph)
+    graph = graph or TaskGraph(inst)
     return _walk(graph, graph.topological(), True, source, memory_precedences(inst))
 
 
-def _step_heads_tails(graph: TaskGraph, head: dict[Op, float], tail: dict[Op, float]) -> None:
-    """Heads and tails of the step's jobs (implicit ops and optimizer steps, in topological
-    order) on top of the units' copied ones, and the tails of the units' last ops through them.
+def unordered_heads_tails(inst: Instance, source: Op | None = None,
+                          graph: TaskGraph | None = None) -> HeadsTails:
+    """Longest paths through the task graph alone (no microbatch chains, no memory edges).
+
+    Without the chains every microbatch of a replica is the same chain, so only the replica's
+    first one is walked and copied to the others: this keeps big instances cheap. With
+    ``source`` only the source's own microbatch is walked, its heads measured from the
+    source's start (ops not reachable from it get head 0). The ops that join microbatches
+    (SYNC, the step's jobs) are walked after the copies (``_joined_heads_tails``).
+    """
+    graph = graph or TaskGraph(inst)
+    R = inst.replicas
+    firsts = [source.mb] if source is not None else list(range(min(R, inst.microbatches)))
+    one = _walk(graph, graph.topological(firsts, implicit=False), False, source)
+    if source is not None:
+        return one
+    head = {op._replace(mb=j): h for op, h in one.head.items()
+            for j in range(op.mb, inst.microbatches, R)}
+    tail = {op._replace(mb=j): t for op, t in one.tail.items()
+            for j in range(op.mb, inst.microbatches, R)}
+    _joined_heads_tails(graph, head, tail)
+    return HeadsTails(head, tail, False)
+
+
+def _joined_heads_tails(graph: TaskGraph, head: dict[Op, float], tail: dict[Op, float]) -> None:
+    """Heads and tails of the jobs that join microbatches (SYNC, the step's reductions and
+    optimizer steps, in topological order) on top of the units' copied ones, and the tails of
+    the units' last ops through them.
 
     The tails of the units' other ops stay what their own microbatch's walk gave (shorter than
     the truth, so still valid); the tail rule's device order is not a graph edge and is left
     out, which only makes heads and tails smaller (valid)."""
-    step = [*graph.implicit_ops(), *graph.tail_ops()]
-    for op in step:
-        head[op] = max((head[q] + graph.min_duration(q) + c for q, c in graph.preds(op)),
-                       default=0.0)
-    for op in reversed(step):
+    units = list(tail)
+    joined = [*graph.implicit_ops(), *graph.tail_ops()]
+    for op in joined:  # each has inputs: its stage's last ops, or the joined jobs before it
+        head[op] = max(head[q] + graph.min_duration(q) + c for q, c in graph.preds(op))
+    for op in reversed(joined):
         tail[op] = max((c + graph.min_duration(n) + tail[n] for n, c in graph.succs(op)),
                        default=0.0)
-    for op in list(tail):
-        if op.kind in (Kind.W, Kind.B):
-            tail[op] = max([tail[op], *(c + graph.min_duration(n) + tail[n]
-                                        for n, c in graph.succs(op) if n in tail
-                                        and graph.device(n) is None)])
+    for op in units:  # a unit's last op feeds its stage's reduction (SYNC or AR), no delay
+        for n in graph.implicit_successors(op):
+            tail[op] = max(tail[op], graph.min_duration(n) + tail[n])
 
 
 def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None,
           caps: dict[int, list[MemoryEdge]] | None = None) -> HeadsTails:
     head: dict[Op, float] = {}
-    reach: dict[Op, bool] = {}
+    reached: set[Op] = set()  # every op without a source; else those the source reaches
     preds = {op: _preds(graph, op, ordered, caps) for op in topo}
     for op in topo:
-        cands = [head[q] + w for q, w in preds[op] if reach.get(q, False)]
-        if source is None or op == source:
-            head[op], reach[op] = max(cands, default=0.0), True
-        else:
-            head[op], reach[op] = max(cands, default=0.0), bool(cands)
+        cands = [head[q] + w for q, w in preds[op] if q in reached]
+        head[op] = max(cands, default=0.0)
+        if source is None or op == source or cands:
+            reached.add(op)
     succ: dict[Op, list[tuple[Op, float]]] = {op: [] for op in topo}
     for op in topo:
         for q, w in preds[op]:
@@ -345,8 +347,7 @@ def _one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
     return best
 
 
-def device_tails(inst: Instance, ht: HeadsTails, device: int,
-                 graph: TaskGraph | None = None) -> dict[Op, float]:
+def device_tails(inst: Instance, ht: HeadsTails, device: int) -> dict[Op, float]:
     """Per op of ``device``: the least time from its end to the end of the device's last op.
 
     The longest path (the DAG's edges with their delays, plus the microbatch chains and memory
@@ -354,8 +355,8 @@ def device_tails(inst: Instance, ht: HeadsTails, device: int,
     that op ends no later than the device's last one, so the device's last end >= the op's
     end + this. ``ht.tail`` is the same to the end of *any* op (the makespan's tail).
     """
-    graph = graph or TaskGraph(inst)
-    caps = memory_precedences(inst) if ht.ordered else None
+    graph = TaskGraph(inst)
+    caps = memory_precedences(inst)  # read only when ordered (``_preds``)
     topo = graph.topological(implicit=True)
     succ: dict[Op, list[tuple[Op, float]]] = {op: [] for op in topo}
     for op in topo:
@@ -392,7 +393,7 @@ def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list
 
 def device_lower_bounds(inst: Instance) -> list[float]:
     """Per device: earliest possible first start + total work (cheap, for large instances)."""
-    ht = heads_tails(inst, ordered=False)
+    ht = unordered_heads_tails(inst)
     graph = TaskGraph(inst)
     return [first_head(inst, ht, d) + graph.device_min_work(d) for d in range(inst.devices)]
 
@@ -411,7 +412,7 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
     graph = TaskGraph(inst)
     out = []
     for d in range(inst.devices):
-        tails = device_tails(inst, ht, d, graph) if own_tails else {}
+        tails = device_tails(inst, ht, d) if own_tails else {}
         jobs = [(ht.head[op], graph.min_duration(op), tails.get(op, 0.0))
                 for op in graph.device_ops(d)]
         out.append(max(_one_machine_bound(jobs) - first_head(inst, ht, d),
@@ -426,7 +427,7 @@ def _knapsack_lp(items: list[tuple[float, float]], room: float, count: float) ->
     non-zero variables, so trying every single item and every pair is exact for the LP (and an
     upper bound for the integer problem it relaxes).
     """
-    if room < 0 or count <= 0:
+    if room < 0:
         return 0.0
     best = 0.0
     for mem, work in items:
@@ -438,7 +439,7 @@ def _knapsack_lp(items: list[tuple[float, float]], room: float, count: float) ->
                 continue
             xi = (room - mj * count) / (mi - mj)
             xj = count - xi
-            if xi >= -1e-12 and xj >= -1e-12:
+            if min(xi, xj) >= -1e-12:
                 best = max(best, xi * wi + xj * wj)
     return best
 
@@ -480,12 +481,12 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
     """
     out: list[float | None] = []
     m = inst.microbatches
-    if (inst.replicas != 1 or getattr(inst, "segments", 1) != 1 or inst.overlap is not None
+    if (inst.replicas != 1 or inst.segments != 1 or inst.overlap is not None
             or inst.offers_modes):
         # the argument walks one chain of unsegmented solo units, each holding its whole
         # activation from F to I: a recomputed or offloaded unit holds less in between
         return [None] * inst.devices
-    heads = heads_tails(inst, ordered=False).head
+    heads = unordered_heads_tails(inst).head
     for d in range(inst.devices):
         stages = sorted(inst.stages_of(d))
         limit = inst.limit[d]
@@ -498,7 +499,7 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
         first, top = stages[0], stages[-1]
         h_f = heads[Op("F", first, 0)]
         h_i = heads[Op("I", top, 0)]
-        from_last = heads_tails(inst, ordered=False, source=Op("F", top, 0)).head
+        from_last = unordered_heads_tails(inst, source=Op("F", top, 0)).head
         chain = max(from_last[Op("W", t, 0)] + inst.W[t] for t in stages)
         states = _pending_states(inst, stages)
         full = [(mem, work) for mem, work, all_i in states if all_i][0]
@@ -509,18 +510,17 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
             cap = int(limit / a + MEMORY_EPS)
             x = min(cap, m) * inst.F[s]
             y = 0.0
-            for n in range(0, cap):  # n more microbatches in flight besides m-1
+            for n in range(cap):  # n more microbatches in flight besides m-1
                 left = limit - (n + 1) * a
                 k = m - 1 - n if w <= 0 else min(m - 1 - n, int(left / w + MEMORY_EPS))
                 y = max(y, n * (inst.I[s] + inst.W[s]) + k * inst.W[s])
         else:
-            prefixes = [
-                (sum(inst.activation[t] for t in stages[:i]), sum(inst.F[t] for t in stages[:i]))
-                for i in range(1, len(stages) + 1)
-            ]
+            prefixes = list(zip(accumulate(inst.activation[t] for t in stages),
+                                accumulate(inst.F[t] for t in stages)))
             x = _knapsack_lp(prefixes, limit, m)
-            y = _knapsack_lp([(mem, work) for mem, work, _ in states if mem > 0 or work > 0],
-                             room, m - 1)
+            # the one state without work (every stage done; I and W are > 0) adds no vertex
+            # above the others: paired with item j it gives at most j alone
+            y = _knapsack_lp([(mem, work) for mem, work, _ in states if work > 0], room, m - 1)
         y += inst.F[top] + full[1]
         work = inst.device_work(d)
         out.append(h_i - min(x, h_i - h_f) + work + max(chain - y, 0.0))
@@ -529,7 +529,7 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
 
 def critical_path(inst: Instance) -> float:
     """Longest chain through the task graph (unlimited devices, no resource conflicts)."""
-    ht = heads_tails(inst, ordered=False)
+    ht = unordered_heads_tails(inst)
     graph = TaskGraph(inst)
     return max(ht.head[op] + graph.min_duration(op) + ht.tail[op] for op in ht.head)
 
@@ -538,12 +538,12 @@ def analytic_bound(inst: Instance, objective: str = "makespan") -> float:
     """A lower bound on the optimum without CP-SAT, for ``makespan`` or ``span``."""
     if objective not in ("makespan", "span"):
         raise ValueError(f"objective: expected 'makespan' or 'span', got {objective!r}")
-    ht = heads_tails(inst)
     mem = memory_end_bounds(inst)
     if objective == "makespan":
-        return max(max(device_makespan_bounds(inst, ht)), critical_path(inst),
+        return max(max(device_makespan_bounds(inst)), critical_path(inst),
                    max((b for b in mem if b is not None), default=0.0))
     # spans start at the device's first forward, pinned to its head (see api.py)
+    ht = heads_tails(inst)
     firsts = [first_head(inst, ht, d) for d in range(inst.devices)]
     return max(max(device_span_bounds(inst, ht)),
                max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0))
