@@ -584,10 +584,10 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
                   progress: Progress, info: dict[str, Any]) -> tuple[bool, float | None]:
     """The exact method: CP-SAT on the whole model. With ``options.relax``, on instances whose
     devices hold several stages, a search still far from its bound at ``RELAX_AT`` of the
-    budget gives way to the
-    one-device relaxations (``relaxation.py``: a stronger bound, and the bottleneck device's
-    order), then a run with the bottleneck's order kept, then CP-SAT again from the best
-    schedule with the stronger bound. Every phase's schedule is offered to ``best``.
+    budget gives way to the one-device relaxations (``relaxation.py``: a stronger bound, and
+    the bottleneck device's order), then a run with the bottleneck's order kept, then CP-SAT
+    again from the best schedule with the stronger bound (docs/solver.md, "One-device
+    relaxations"). Every phase's schedule is offered to ``best``.
     Returns (whether CP-SAT ran, the best valid bound in instance units or None)."""
     from zbsolve.solver import relaxation
 
@@ -650,8 +650,8 @@ def _relaxations(inst: Instance, options: SolveOptions, best: _Best, budget: Bud
                  info: dict[str, Any], scale: TimeScale, lower: int
                  ) -> tuple[int, list[Op]]:
     """Solve the candidates' one-device relaxations within ``RELAX_SHARE`` of the budget (in
-    two rounds, below); returns the
-    best bound (model units, at least ``lower``) and the bottleneck device's order (below).
+    two rounds, below); returns the best bound (model units, at least ``lower``) and the
+    bottleneck device's order (below).
 
     No hint, upper bound or horizon from the incumbent: each of them kept CP-SAT from proving
     random-01's device-0 relaxation (1398 in 9 s without; 1243-1275 after 10 s with one)."""
