@@ -304,8 +304,8 @@ def select(cases: Sequence[Case], patterns: Sequence[str]) -> list[Case]:
 
 
 # ---------------------------------------------------------------------- running
-def run_case(case: Case, workers: int = 2, seed: int = 0, deterministic: bool = False
-             ) -> dict[str, Any]:
+def run_case(case: Case, workers: int = 2, seed: int = 0, deterministic: bool = False,
+             relax: bool = False) -> dict[str, Any]:
     """``solve`` within the case's limit (the greedy hint and the hand-made schedules inside
     it); every figure from the simulator."""
     from zbsolve.simulate import validate
@@ -314,7 +314,7 @@ def run_case(case: Case, workers: int = 2, seed: int = 0, deterministic: bool = 
     t0 = time.perf_counter()
     inst = case.inst
     options = SolveOptions(time_limit=case.time_limit, workers=workers, seed=seed,
-                           objective=case.objective, deterministic=deterministic)
+                           objective=case.objective, deterministic=deterministic, relax=relax)
     res = solve(inst, options)
     sim = validate(inst, res.schedule)
     wall = time.perf_counter() - t0
@@ -386,7 +386,7 @@ def machine_note() -> str:
 
 def run(cases: Sequence[Case], out_dir: Path, command: str, *, workers: int = 2, seed: int = 0,
         stem: str = "bench", echo: Callable[[str], None] | None = print,
-        deterministic: bool = False) -> list[dict[str, Any]]:
+        deterministic: bool = False, relax: bool = False) -> list[dict[str, Any]]:
     """Run the cases in order, rewriting the CSV and markdown after each (a crash keeps the
     finished rows)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -396,7 +396,8 @@ def run(cases: Sequence[Case], out_dir: Path, command: str, *, workers: int = 2,
     t0 = time.perf_counter()
     for k, case in enumerate(cases, 1):
         try:
-            row = run_case(case, workers=workers, seed=seed, deterministic=deterministic)
+            row = run_case(case, workers=workers, seed=seed, deterministic=deterministic,
+                           relax=relax)
         except Exception as exc:  # a failing case is a result too; keep going
             row = {"case": case.id, "family": case.family, "p": case.inst.p, "m": case.inst.m,
                    "v": case.inst.v, "ops": case.ops, "status": f"error: {exc}", "meets": False}

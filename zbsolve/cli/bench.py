@@ -35,6 +35,8 @@ def register(sub) -> None:
     parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--deterministic", action="store_true",
                         help="limits in CP-SAT deterministic seconds (the same result anywhere)")
+    parser.add_argument("--relax", action="store_true",
+                        help="give every solve the one-device relaxation phase (solve --relax)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     add_json(parser)
     parser.set_defaults(handler=handle)
@@ -67,7 +69,7 @@ def handle(args) -> int:
     stem = "bench-quick" if args.quick else ("bench" if not patterns else "bench-partial")
     echo = (lambda line: print(line, file=sys.stderr)) if args.json else print
     rows = bench.run(cases, out, command, workers=args.workers, seed=args.seed, stem=stem,
-                     echo=echo, deterministic=args.deterministic)
+                     echo=echo, deterministic=args.deterministic, relax=args.relax)
     good = sum(bool(r.get("meets")) for r in rows)
     files = [str(out / f"{stem}.csv"), str(out / f"{stem}.md")]
     if args.json:

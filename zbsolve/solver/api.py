@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,6 +65,10 @@ HAND_MADE_SHARE = 0.3  # of the budget, at most, for the hand-made families and 
 GREEDY_SHARE = 0.15  # of the budget, at most, for the greedy list scheduler
 MEMORY_PHASE_SHARE = 0.25  # of the budget, at most, for the memory phase
 MEMORY_PHASE_MIN = 1.0  # seconds the memory phase may take even after a quick first phase
+# Devices with several stages (``_exact_phases``): a CP-SAT run whose gap is still above
+# RELAX_GAP at RELAX_AT of the budget gives way to the one-device relaxations (RELAX_SHARE of
+# the budget, at most) and a run with the bottleneck's order kept (BOTTLENECK_SHARE, at most).
+RELAX_AT, RELAX_GAP, RELAX_SHARE, BOTTLENECK_SHARE = 0.4, 0.01, 0.25, 0.15
 
 
 @dataclass
@@ -78,6 +84,7 @@ class SolveOptions:
     symmetry: bool = True
     deterministic: bool = False  # time_limit in CP-SAT deterministic seconds; same answer anywhere
     memory_tiebreak: bool = True  # second CP-SAT phase: least memory at the best step time
+    relax: bool = False  # exact method, multi-stage devices: the one-device relaxation phase
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -352,13 +359,9 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         if found is not None:
             best.offer(_Candidate(found.name, found, validate(inst, found)), "large")
     else:
-        found, cp_bound = _solve_exact(inst, options, inc, budget, progress, info)
-        ran = found is not None
+        ran, cp_bound = _exact_phases(inst, options, best, budget, progress, info)
         if info.get("cp_status") == "OPTIMAL":
             info["proof_time"] = budget.elapsed()
-        found = _judged(inst, found, info)
-        if found is not None:
-            best.offer(_Candidate(found.name, found, validate(inst, found)), "exact")
     if options.memory_tiebreak and method == "exact":
         _memory_phase(inst, options, best, budget, info)
 
@@ -487,8 +490,11 @@ def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool,
 
 
 def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=None,
-         bound_callback=None):
-    """Solve a built model for ``seconds`` of the budget; returns (solver, status code)."""
+         bound_callback=None, checkpoint: tuple[float, Callable[[], bool]] | None = None):
+    """Solve a built model for ``seconds`` of the budget; returns (solver, status code).
+
+    ``checkpoint`` = (wall seconds, predicate): at that moment the search stops if the
+    predicate holds (the relaxation phase then takes over, ``_solve_exact``)."""
     from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
 
     solver = new_solver(seconds, workers=options.workers, seed=options.seed,
@@ -496,36 +502,198 @@ def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=Non
                         extra={**EXACT_MODEL_PARAMS, **options.cp_params})
     if bound_callback is not None:
         solver.best_bound_callback = bound_callback
-    code = solver.solve(sm.model, callback) if callback is not None else solver.solve(sm.model)
+    timer = None
+    if checkpoint is not None:
+        at, stop = checkpoint
+        timer = threading.Timer(max(0.0, at), lambda: stop() and solver.stop_search())
+        timer.daemon = True
+        timer.start()
+    try:
+        code = solver.solve(sm.model, callback) if callback is not None else solver.solve(sm.model)
+    finally:
+        if timer is not None:
+            timer.cancel()
     budget.cp_dtime += solver.deterministic_time
     return solver, code
 
 
+@dataclass
+class _Exact:
+    """What one exact CP-SAT run gave: its schedule (or None), its valid bound in instance
+    units (or None), its raw bound in model units, and whether it was stopped at the
+    checkpoint for the relaxation phase."""
+
+    schedule: Schedule | None
+    bound: float | None
+    raw_bound: int
+    optimal: bool
+    stopped: bool
+
+
 def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget: Budget,
-                 progress: Progress, info: dict[str, Any]) -> tuple[Schedule | None, float | None]:
-    """One monolithic CP-SAT run hinted with the incumbent; returns (schedule, valid bound)."""
+                 progress: Progress, info: dict[str, Any], scale: TimeScale, *,
+                 seconds: float, lower: int = 0, order: Sequence[Sequence[Op]] = (),
+                 checkpoint: float | None = None, label: str = "exact") -> _Exact:
+    """One monolithic CP-SAT run hinted with the incumbent (``order``: device orders it must
+    keep; ``lower``: a bound proven elsewhere, model units). With ``checkpoint`` (wall seconds)
+    the run stops there if its gap is still above ``RELAX_GAP``."""
     from ortools.sat.python import cp_model
 
-    scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
     hint, pairs, ub, horizon = _model_hint(si, inc.schedule, options)
     sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
-                     memory_model=options.memory_model, symmetry=options.symmetry, scale=scale)
-    sm.add_hint(hint, pairs)
-    info.update(scale=asdict(scale), model=sm.stats)
+                     memory_model=options.memory_model, symmetry=options.symmetry, scale=scale,
+                     order=order, lower_bound=lower)
+    if not order:  # a kept order usually contradicts the incumbent: no hint then
+        sm.add_hint(hint, pairs)
+    info.setdefault("model", sm.stats)
     progress.unit = float(scale.time)
-    solver, code = _run(sm, options, budget, budget.cp_left(), progress, progress.on_bound)
-    info.update(cp_status=solver.status_name(code), cp_wall=solver.wall_time,
-                cp_dtime=solver.deterministic_time)
+    stopped = [False]
+
+    def stop() -> bool:
+        if progress.history and rel_gap(*progress.history[-1][1:]) > RELAX_GAP:
+            stopped[0] = True
+        return stopped[0]
+
+    at = None if checkpoint is None else (checkpoint, stop)
+    solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at)
+    info.setdefault("cp_runs", []).append({
+        "phase": label, "status": solver.status_name(code), "wall": solver.wall_time,
+        "dtime": solver.deterministic_time, "stopped_for_relaxation": stopped[0]})
+    if not order:  # a run with a kept order proves nothing about the instance
+        info.update(cp_status=solver.status_name(code), cp_wall=solver.wall_time,
+                    cp_dtime=solver.deterministic_time)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, None
-    # Rounded durations are at most (1 + time_error) times the true ones, so the rounded
-    # optimum is at most (1 + time_error) times the true optimum: divide the bound by it.
-    bound = None
-    if scale.memory_exact:
-        bound = solver.best_objective_bound / scale.time / (1.0 + scale.time_error)
+        return _Exact(None, None, lower, False, stopped[0])
+    raw = int(round(solver.best_objective_bound))
     info["cp_objective"] = solver.objective_value / scale.time
-    return Schedule(sm.entries(solver), name=f"cpsat-{options.objective}"), bound
+    return _Exact(Schedule(sm.entries(solver), name=f"cpsat-{options.objective}"),
+                  _instance_bound(raw, scale), raw, code == cp_model.OPTIMAL, stopped[0])
+
+
+def _instance_bound(raw: float, scale: TimeScale) -> float | None:
+    """A bound of the scaled model in instance units. Rounded durations are at most
+    (1 + time_error) times the true ones, so the rounded optimum is at most (1 + time_error)
+    times the true optimum: divide by it. None where memory was rounded (a stricter model)."""
+    if not scale.memory_exact:
+        return None
+    return raw / scale.time / (1.0 + scale.time_error)
+
+
+def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
+                  progress: Progress, info: dict[str, Any]) -> tuple[bool, float | None]:
+    """The exact method: CP-SAT on the whole model. With ``options.relax``, on instances whose
+    devices hold several stages, a search still far from its bound at ``RELAX_AT`` of the
+    budget gives way to the one-device relaxations (``relaxation.py``: a stronger bound, and
+    the bottleneck device's order), then a run with the bottleneck's order kept, then CP-SAT
+    again from the best schedule with the stronger bound (docs/solver.md, "One-device
+    relaxations"). Every phase's schedule is offered to ``best``.
+    Returns (whether CP-SAT ran, the best valid bound in instance units or None)."""
+    from zbsolve.solver import relaxation
+
+    scale = TimeScale.choose(inst)
+    info.update(scale=asdict(scale))
+    relax = bool(options.relax and options.symmetry and relaxation.candidates(inst)
+                 and relaxation.applies(inst) is None)
+    deterministic = options.deterministic
+    first = budget.cp_left()
+    checkpoint = None
+    if relax:
+        at = RELAX_AT * budget.limit - budget.elapsed()
+        if deterministic:
+            first = min(first, max(0.0, RELAX_AT * budget.limit - budget.cp_dtime))
+        elif at < first:
+            checkpoint = at
+    res = _Exact(None, None, 0, False, False)
+    if first > 0:  # (deterministic, RELAX_AT = 0: straight to the relaxations)
+        res = _solve_exact(inst, options, best.best(), budget, progress, info, scale,
+                           seconds=first, checkpoint=checkpoint)
+        _offer_exact(inst, best, res, info, "exact")
+    bounds = [res.bound]
+    ran = res.schedule is not None
+    go_on = relax and not res.optimal and (res.stopped or deterministic)
+    if not go_on or budget.cp_left() <= 0:
+        return ran, _max_bound(bounds)
+    lower = res.raw_bound
+    if res.stopped or rel_gap(best.best().sim.value(options.objective),
+                              _max_bound(bounds) or 0.0) > RELAX_GAP:
+        lower, order = _relaxations(inst, options, best, budget, info, scale, lower)
+        bounds.append(_instance_bound(lower, scale))
+        progress.note(best.best().sim.value(options.objective), _max_bound(bounds) or 0.0,
+                      "one-device relaxations")
+        if order and budget.cp_left() > 0:
+            res = _solve_exact(inst, options, best.best(), budget, progress, info, scale,
+                               seconds=min(budget.cp_left(), BOTTLENECK_SHARE * budget.limit),
+                               order=[order], label="bottleneck")
+            _offer_exact(inst, best, res, info, "bottleneck")  # its bound holds only with the order
+    if budget.cp_left() > 0:
+        res = _solve_exact(inst, options, best.best(), budget, progress, info, scale,
+                           seconds=budget.cp_left(), lower=lower, label="exact-again")
+        _offer_exact(inst, best, res, info, "exact-again")
+        bounds.append(res.bound)
+        ran = ran or res.schedule is not None
+    return ran, _max_bound(bounds)
+
+
+def _max_bound(bounds: list[float | None]) -> float | None:
+    return max((b for b in bounds if b is not None), default=None)
+
+
+def _offer_exact(inst: Instance, best: _Best, res: _Exact, info: dict[str, Any],
+                 phase: str) -> None:
+    found = _judged(inst, res.schedule, info)
+    if found is not None:
+        best.offer(_Candidate(found.name, found, validate(inst, found)), phase)
+
+
+def _relaxations(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
+                 info: dict[str, Any], scale: TimeScale, lower: int
+                 ) -> tuple[int, list[Op]]:
+    """Solve the candidates' one-device relaxations within ``RELAX_SHARE`` of the budget (in
+    two rounds, below); returns the best bound (model units, at least ``lower``) and the
+    bottleneck device's order (below).
+
+    No hint, upper bound or horizon from the incumbent: each of them kept CP-SAT from proving
+    random-01's device-0 relaxation (1398 in 9 s without; 1243-1275 after 10 s with one)."""
+    from zbsolve.solver import relaxation
+
+    share = min(budget.cp_left(), RELAX_SHARE * budget.limit)
+    spent, runs, before = 0.0, [], lower
+    seen: dict[int, tuple[int, list[Op]]] = {}  # device: its relaxation's best (value, order)
+    devs = relaxation.candidates(inst)
+    # Round 1: a short slice each (most relaxations are proven at the bound at once); round 2:
+    # what is left, evenly, to those not proven (their runs start again from scratch).
+    rounds = [(devs, share / (2 * len(devs)))]
+    for k in range(2):
+        todo, slice_ = rounds[k]
+        for i, d in enumerate(todo):
+            left = share - spent
+            if left <= 0:
+                break
+            allowance = min(left, slice_ if k == 0 else left / (len(todo) - i))
+            r = relaxation.relax_device(inst, options.objective, d, allowance, scale=scale,
+                                        workers=options.workers, seed=options.seed,
+                                        deterministic=options.deterministic, lower_bound=lower,
+                                        symmetry=options.symmetry,
+                                        memory_model=options.memory_model)
+            budget.cp_dtime += r.dtime
+            spent += r.dtime if options.deterministic else r.seconds
+            runs.append({"device": d, "round": k + 1, "bound": r.bound / scale.time,
+                         "value": None if r.value is None else r.value / scale.time,
+                         "proven": r.proven, "seconds": r.seconds})
+            lower = max(lower, r.bound)
+            if r.value is not None and (d not in seen or r.value < seen[d][0]):
+                seen[d] = (r.value, list(r.order))
+        if k == 0:
+            rounds.append(([run["device"] for run in runs if not run["proven"]], 0.0))
+    # the bottleneck: the device whose relaxation needs the longest schedule (shifting
+    # bottleneck); none when every relaxation's schedule is at the bound it was given (then
+    # no device binds more than the bound already says)
+    top = max(seen, key=lambda d: seen[d][0], default=None)
+    order = seen[top][1] if top is not None and seen[top][0] > before else []
+    info["bottleneck"] = top if order else None
+    info["relaxation"] = runs
+    return lower, order
 
 
 def _memory_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,

@@ -429,6 +429,8 @@ def build_model(
     redundant: bool = True,
     scale: TimeScale | None = None,
     secondary: str | None = None,
+    relaxed: Iterable[int] = (),
+    lower_bound: int = 0,
 ) -> ScheduleModel:
     """Build the CP-SAT model (see the module docstring for the LNS-facing arguments).
 
@@ -440,13 +442,17 @@ def build_model(
     ``secondary="memory"``: keep the objective <= ``upper_bound`` and minimize memory instead
     (the peak of the fullest device relative to its limit, then the sum of peaks: the
     tie-break of ``zbsolve.solver.ranking``), the solver's second phase.
+    ``relaxed``: devices whose one-at-a-time and memory constraints are left out, a relaxation
+    whose optimum bounds the instance's from below (``zbsolve.solver.relaxation``).
+    ``lower_bound``: objective >= this (model units), a bound proven elsewhere.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
     if memory_model not in MEMORY_MODELS:
         raise ValueError(f"memory_model: expected one of {MEMORY_MODELS}, got {memory_model!r}")
     scale = scale or TimeScale.choose(inst)
-    b = _Builder(inst, scale_=scale, objective=objective, symmetry=symmetry)
+    b = _Builder(inst, scale_=scale, objective=objective, symmetry=symmetry,
+                 relaxed=frozenset(relaxed))
     b.variables(horizon, upper_bound, fixed, window)
     b.modes()
     b.pairs_exclusive()
@@ -460,7 +466,7 @@ def build_model(
         b.step_tails(redundant)
     if secondary == "memory":
         b.memory_peaks()
-    sm = b.objective(redundant, upper_bound)
+    sm = b.objective(redundant, upper_bound, lower_bound)
     if hint:
         sm.add_hint(hint)
     return sm
@@ -505,8 +511,10 @@ class _Builder:
     gets an end variable and an optional solo interval; each pair choice is an optional
     interval that pins its ops' starts and ends to its own (``pairs``)."""
 
-    def __init__(self, inst: Instance, scale_: TimeScale, objective: str, symmetry: bool):
+    def __init__(self, inst: Instance, scale_: TimeScale, objective: str, symmetry: bool,
+                 relaxed: frozenset[int] = frozenset()):
         self.inst, self.scale, self.objective_name = inst, scale_, objective
+        self.relaxed = relaxed
         self.si = scaled_instance(inst, scale_)
         self.graph = TaskGraph(self.si)
         self.symmetry = symmetry
@@ -697,11 +705,14 @@ class _Builder:
                 streams.setdefault((graph.device(op), graph.stream(op)), []).append(interval)
         for d in range(si.devices):
             dev_ops = list(graph.device_ops(d))
-            model.add_no_overlap([self.interval[op] for op in dev_ops]
-                                 + [c.interval for c in self.pairs if graph.device(c.forward) == d]
-                                 + streams.get((d, COMPUTE), []))
+            exact = d not in self.relaxed
+            if exact:
+                model.add_no_overlap([self.interval[op] for op in dev_ops]
+                                     + [c.interval for c in self.pairs
+                                        if graph.device(c.forward) == d]
+                                     + streams.get((d, COMPUTE), []))
             for (dd, stream), intervals in streams.items():
-                if dd == d and stream != COMPUTE:
+                if exact and dd == d and stream != COMPUTE:
                     model.add_no_overlap(intervals)
             f = model.new_int_var(0, self.horizon, f"first{d}")
             e = model.new_int_var(0, self.horizon, f"last{d}")
@@ -737,6 +748,8 @@ class _Builder:
                 _add_memory_precedences(model, si, d, self.start, self.dur)
             self.first.append(f)
             self.last.append(e)
+            if not exact:
+                continue
             if self.mode_graphs:
                 self._memory_with_modes(d, memory_model)
             else:
@@ -847,11 +860,13 @@ class _Builder:
             model.add(ref * z >= FULLNESS_STEPS * peak)
         return (sum(self.peak_tops) + 1) * z + sum(self.peaks)
 
-    def objective(self, redundant: bool, upper_bound: int | None) -> ScheduleModel:
+    def objective(self, redundant: bool, upper_bound: int | None,
+                  lower_bound: int = 0) -> ScheduleModel:
         """Defines the objective (makespan, or longest device span) and minimizes it (or, with
         ``memory_peaks``, keeps it <= ``upper_bound`` and minimizes memory)."""
         si, model = self.si, self.model
         lb = int(math.ceil(analytic_bound(si, self.objective_name) - 1e-9)) if redundant else 0
+        lb = max(lb, int(lower_bound))
         obj = model.new_int_var(lb, self.horizon, self.objective_name)
         if self.objective_name == "makespan":
             implicit = list(self.graph.implicit_ops())

@@ -1,0 +1,99 @@
+"""The one-device relaxations (``zbsolve.solver.relaxation``) and the solver's phase that uses
+them: the bound never exceeds a proven optimum, it proves what the analytic bound cannot, and
+the solve that runs the phase keeps every promise of the plain one."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_bounds import UNREDUCED, optimum, tiny_multichunk
+
+from zbsolve.instance import load_instance
+from zbsolve.solver import api, relaxation
+from zbsolve.solver.api import SolveOptions, solve
+from zbsolve.solver.bounds import analytic_bound
+from zbsolve.solver.model import TimeScale
+
+# found by a search over random two-device loop instances (m = 3, tight limits): device 0's
+# relaxation proves 64, the optimum, where the analytic bound gives 62
+RELAX_WINS = {
+    "devices": 2, "microbatches": 3, "chunks": 2, "placement": "loop",
+    "times": {"F": [4, 2, 3, 1], "I": [4, 3, 4, 2], "W": [1, 1, 1, 2]}, "comm": 0,
+    "memory": {"activation": [1.0, 1.0, 2.0, 2.0], "weight": [0.5, 0.5, 1.0, 1.0],
+               "limit": [3.0, 4.0]}}
+
+
+def relax_bounds(inst, objective):
+    scale = TimeScale.choose(inst)
+    runs = [relaxation.relax_device(inst, objective, d, 20, scale=scale, workers=1, seed=0)
+            for d in range(inst.devices)]
+    return [r.bound / scale.time for r in runs], runs
+
+
+def test_relaxation_proves_the_optimum_where_the_analytic_bound_does_not():
+    inst = load_instance(RELAX_WINS)
+    assert analytic_bound(inst) == 62.0
+    bounds, runs = relax_bounds(inst, "makespan")
+    assert max(bounds) == 64.0 and all(r.proven for r in runs)
+    assert optimum(inst, "makespan", **UNREDUCED) == pytest.approx(64.0)
+    # the relaxation's order is the device's ops, each once
+    top = runs[bounds.index(64.0)]
+    assert sorted(top.order) == sorted(relaxation.TaskGraph(inst).device_ops(top.device))
+
+
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_multichunk(), st.sampled_from(["makespan", "span"]))
+def test_relaxation_bounds_never_exceed_a_proven_optimum(inst, objective):
+    best = optimum(inst, objective, **UNREDUCED)
+    bounds, _ = relax_bounds(inst, objective)
+    assert max(bounds) <= best + 1e-9
+
+
+def test_candidates_are_the_multi_stage_devices_with_limits_tightest_first():
+    inst = load_instance({**RELAX_WINS, "devices": 2})
+    assert relaxation.candidates(inst) == [0, 1]  # 3 / 3 (at its minimum) before 4 / 3
+    one_stage = load_instance({**RELAX_WINS, "devices": 4, "chunks": 1,
+                               "memory": {**RELAX_WINS["memory"], "limit": 8.0}})
+    assert relaxation.candidates(one_stage) == []
+    no_limit = load_instance({**RELAX_WINS, "memory": {**RELAX_WINS["memory"], "limit": None}})
+    assert relaxation.candidates(no_limit) == []  # nothing a device relaxation adds then
+
+
+def test_the_phase_is_refused_where_its_order_would_not_be_a_sequence():
+    assert relaxation.applies(load_instance(RELAX_WINS)) is None
+    modes = load_instance({**RELAX_WINS, "recompute": {"R": 1.0, "kept": 0.5}})
+    assert "memory modes" in relaxation.applies(modes)
+    overlap = load_instance({**RELAX_WINS, "overlap": {"FB": 0.8}})
+    assert "overlapped pairs" in relaxation.applies(overlap)
+
+
+def test_solve_runs_the_relaxation_phase_and_keeps_its_bound(monkeypatch):
+    # RELAX_AT = 0 in deterministic mode: no first CP-SAT run, so the phase runs (relaxations,
+    # the bottleneck's order, CP-SAT again) on an instance small enough to check
+    monkeypatch.setattr(api, "RELAX_AT", 0.0)
+    inst = load_instance(RELAX_WINS)
+    res = solve(inst, SolveOptions(time_limit=20, deterministic=True, workers=1,
+                                   memory_tiebreak=False, relax=True))
+    info = res.schedule.meta["solver"]
+    assert [r["phase"] for r in info["cp_runs"]] == ["bottleneck", "exact-again"]
+    assert max(r["bound"] for r in info["relaxation"]) == 64.0
+    assert {r["round"] for r in info["relaxation"]} == {1}  # both proven in the first round
+    assert res.status == "optimal" and res.objective_value == 64.0
+    assert res.lower_bound == 64.0 and res.analytic_bound == 62.0
+    assert any(p["phase"] == "bottleneck" for p in info["phases"])
+
+
+@pytest.mark.parametrize("data, relax", [
+    ({**RELAX_WINS, "devices": 4, "chunks": 1,
+      "memory": {**RELAX_WINS["memory"], "limit": 4.0}}, True),  # no multi-stage device
+    (RELAX_WINS, False),  # not asked for
+])
+def test_solve_runs_the_phase_only_when_asked_and_useful(monkeypatch, data, relax):
+    monkeypatch.setattr(api, "RELAX_AT", 0.0)
+    res = solve(load_instance(data), SolveOptions(time_limit=10, deterministic=True, workers=1,
+                                                  memory_tiebreak=False, relax=relax))
+    info = res.schedule.meta["solver"]
+    assert [r["phase"] for r in info["cp_runs"]] == ["exact"]
+    assert "relaxation" not in info and res.status == "optimal"

@@ -1,0 +1,109 @@
+"""One-device relaxations: lower bounds that see one device's memory and order exactly.
+
+Why. On devices that hold several stages the analytic bounds (``bounds.py``) treat each device
+as a machine whose jobs arrive at their heads and leave with their tails. They cannot see that a
+device's memory limits how many microbatches it may start before the first one comes back from
+the other end of the pipeline, nor how that interacts with the order of its own stages. The full
+CP-SAT model sees all of it, but on hundreds of ops with tight memory its bound moves slowly
+(random-01 of the issue-18 family: 1253 after 60 s against an incumbent of 1751).
+
+The relaxation of device d is the full model (``model.build_model``) with every other device's
+one-at-a-time and memory constraints left out (``relaxed``): d's ops run one at a time under
+d's memory limit, every precedence, delay, microbatch order and implied memory precedence stays,
+and the other devices run whatever is ready at once. Every schedule of the instance satisfies
+the relaxation (it only lost constraints), so the relaxation's optimum, and any bound CP-SAT
+proves on it, is at most the instance's optimum. It is much easier to prove: on random-01 the
+relaxation of device 0 is proven at 1398 in 6-10 s.
+
+Its solution is also a start for the search: the order it gives the device whose relaxation is
+highest (the bottleneck) can be imposed on the full model, which then decides the other devices
+around it (``api.py``, the bottleneck phase: random-01 1751 -> 1462).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from zbsolve.graph import TaskGraph
+from zbsolve.instance import Instance
+from zbsolve.ops import Op
+from zbsolve.solver.bounds import min_memory_limit
+from zbsolve.solver.model import TimeScale, build_model
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """The relaxation of one device, solved. ``bound`` (model units) is a lower bound on the
+    instance's objective in the scaled model; ``order`` the device's ops in the relaxation's
+    best solution, empty if none was found."""
+
+    device: int
+    bound: int
+    value: int | None  # the relaxation's best solution (None: none found)
+    proven: bool  # the relaxation's optimum was reached: no more is to be had from it
+    order: tuple[Op, ...]
+    seconds: float  # wall
+    dtime: float  # CP-SAT's deterministic time
+
+
+def applies(inst: Instance) -> str | None:
+    """None where the relaxation phase runs on ``inst``, else why not. The bound would hold
+    for every instance (dropping constraints is always a relaxation), but the bottleneck's
+    order is a plain op sequence only without memory modes still to choose (R ops of the
+    relaxation's choosing) and without overlapped pairs (two ops at one start)."""
+    graph = TaskGraph(inst)
+    if graph.open:
+        return "memory modes to choose: the relaxation's order would fix them"
+    if graph.overlap:
+        return "overlapped pairs: the relaxation's order is not a sequence of ops"
+    return None
+
+
+def candidates(inst: Instance) -> list[int]:
+    """Devices worth a relaxation, most promising first: those that hold more than one stage
+    (a one-stage device's relaxation is its head-body-tail bound, which ``bounds.py`` already
+    has) and have a memory limit, the least room above their least feasible limit first."""
+    need = min_memory_limit(inst)
+    devs = [d for d in range(inst.devices)
+            if len(inst.stages_of(d)) > 1 and inst.limit[d] is not None]
+    return sorted(devs, key=lambda d: (inst.limit[d] / max(need[d], 1e-12), d))
+
+
+def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
+                 scale: TimeScale, workers: int = 2, seed: int = 0, deterministic: bool = False,
+                 upper_bound: int | None = None, horizon: int | None = None,
+                 lower_bound: int = 0, hint: Mapping[Op, int] | None = None,
+                 symmetry: bool = True, memory_model: str = "cumulative") -> Relaxation:
+    """Solve the relaxation of ``device`` for at most ``seconds`` (module docstring).
+
+    ``upper_bound``/``horizon``/``hint``: those of the full model (a known schedule's value, in
+    model units): the relaxation's optimum is at most the instance's, so they keep it valid
+    (but they slow its proof: ``api._relaxations`` passes none of them)."""
+    from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
+
+    others = [d for d in range(inst.devices) if d != device]
+    sm = build_model(inst, objective, upper_bound=upper_bound, horizon=horizon, scale=scale,
+                     symmetry=symmetry, memory_model=memory_model, relaxed=others,
+                     lower_bound=lower_bound)
+    if hint:
+        sm.add_hint(hint)
+    solver = new_solver(seconds, workers=workers, seed=seed, deterministic=deterministic,
+                        extra=EXACT_MODEL_PARAMS)
+    code = solver.solve(sm.model)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        # infeasible under the known schedule's value (rounding of an inexact scale) or an
+        # invalid model: nothing learnt, the caller's bound stands
+        return Relaxation(device, int(lower_bound), None, False, (), solver.wall_time,
+                          solver.deterministic_time)
+    bound = int(round(solver.best_objective_bound))
+    order: tuple[Op, ...] = ()
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        starts = sm.starts(solver)
+        order = tuple(sorted((op for op in sm.graph.device_ops(device)),
+                             key=lambda op: (starts[op], op)))
+    value = int(round(solver.objective_value)) if order else None
+    return Relaxation(device, max(bound, int(lower_bound)), value, code == cp_model.OPTIMAL,
+                      order, solver.wall_time, solver.deterministic_time)
