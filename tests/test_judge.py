@@ -300,3 +300,21 @@ def test_a_plain_schedule_the_simulator_rejects_is_one_compute_order_problem(tmp
     Schedule(rows, "short").dump(path)
     v = judge(INST, read_schedule_file(path))
     assert v.problems == ["compute order: 1 missing op(s): 0F1"] and v.sim is None
+
+
+def test_layout_and_instance_differences_are_all_listed_layout_first(tmp_path):
+    t = copy.deepcopy(TABLE)
+    t.placement = [1, 0]
+    other = INST.with_(comm=0.25)
+    assert instance_errors(t, other) == [
+        "placement [1, 0] differs from the embedded instance's [0, 1]",
+        "the file was made for another instance than 'p2': comm 0.5 vs 0.25 (file vs instance); "
+        "export it for this instance"]
+    # a JSON table's embedded instance is its root: the layout before the header's counts
+    data = copy.deepcopy(t.to_dict())
+    data["num_ranks"] = 3
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert judge(INST, read_schedule_file(path)).problems == [
+        "placement [1, 0] differs from the embedded instance's [0, 1]",
+        "header: num_ranks is 3 but the table lists 2 ranks"]

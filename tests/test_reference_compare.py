@@ -205,6 +205,7 @@ def _replay_reference(cfg, lr, m):
     opt = make_optimizer([torch.nn.Parameter(torch.zeros(1))])
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["lr"] == DEFAULT_LR == 0.05
     assert opt.param_groups[0]["momentum"] == 0 and opt.param_groups[0]["weight_decay"] == 0
+    assert make_optimizer([torch.nn.Parameter(torch.zeros(1))], lr=0.2).param_groups[0]["lr"] == 0.2
 
 
 def test_worst_is_the_first_largest_and_empty_compares_nothing():
