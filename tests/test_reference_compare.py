@@ -262,3 +262,32 @@ def test_reference_takes_the_train_spec_and_records_each_steps_decision():
                                   "not lr too")
     finally:
         torch.set_num_threads(threads)
+
+
+def test_reference_computes_on_the_device_given(monkeypatch):
+    """The model and each batch go to ``device`` (a GPU run's reference is computed there):
+    on a CPU-only machine the moves are recorded, since any device here is the CPU."""
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.reference import run_reference
+
+    cfg = GPTConfig.preset("gpt-tiny", layers=1, hidden=8, heads=2, seq=4, vocab=16,
+                           microbatch_size=1)
+    moves = []
+    module_to, tensor_to = torch.nn.Module.to, torch.Tensor.to
+
+    def record_module(self, *args, **kw):
+        moves.append(("model", args))
+        return module_to(self, *args, **kw)
+
+    def record_tensor(self, *args, **kw):
+        moves.append(("tensor", args))
+        return tensor_to(self, *args, **kw)
+
+    dev = torch.device("cpu", 0)
+    monkeypatch.setattr(torch.nn.Module, "to", record_module)
+    monkeypatch.setattr(torch.Tensor, "to", record_tensor)
+    run_reference(cfg, 1, steps=1, device=dev)
+    monkeypatch.undo()
+    assert [args for what, args in moves if what == "model"] == [(dev,)]
+    # the tokens and the targets (the model's own move passes each parameter three arguments)
+    assert [args for what, args in moves if what == "tensor" and len(args) == 1] == [(dev,), (dev,)]
