@@ -318,3 +318,21 @@ def test_layout_and_instance_differences_are_all_listed_layout_first(tmp_path):
     assert judge(INST, read_schedule_file(path)).problems == [
         "placement [1, 0] differs from the embedded instance's [0, 1]",
         "header: num_ranks is 3 but the table lists 2 ranks"]
+
+
+def test_the_static_check_runs_once_per_judgement(monkeypatch):
+    """``judge_table`` hands its static errors (none, by then) to both matching simulations
+    rather than letting each recompute them: one pass over the table, not three."""
+    from zbsolve.export import p2p_check
+
+    calls = []
+    original = p2p_check.static_errors
+
+    def counted(table):
+        calls.append(table)
+        return original(table)
+
+    monkeypatch.setattr(p2p_check, "static_errors", counted)
+    verdict = judge_table(TABLE)
+    assert verdict.ok and [r.mode for r in verdict.reports] == ["blocking", "batched"]
+    assert calls == [TABLE]
