@@ -261,3 +261,78 @@ def test_reference_runs_two_steps_by_default():
     cfg = GPTConfig.preset("gpt-tiny", layers=1, hidden=8, heads=2, seq=4, vocab=16,
                            microbatch_size=1)
     assert len(run_reference(cfg, 1).steps) == 2
+
+
+def test_judge_passes_on_the_files_table_header_and_the_instance(tmp_path):
+    # an executor table whose header disagrees with its body: read, kept, and judged as a problem
+    data = copy.deepcopy(TABLE.to_dict())
+    data["num_ranks"] = 3
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    f = read_schedule_file(path)
+    assert f.header == ["header: num_ranks is 3 but the table lists 2 ranks"]
+    assert judge(INST, f).problems == ["header: num_ranks is 3 but the table lists 2 ranks"]
+    # a good table judged against another instance: the instance given is compared
+    good = tmp_path / "good.json"
+    TABLE.dump(good)
+    other = INST.with_(comm=0.25)
+    want = ["the file was made for another instance than 'p2': comm 0.5 vs 0.25 (file vs "
+            "instance); export it for this instance"]
+    assert judge(other, read_schedule_file(good)).problems == want
+    assert judge_table(TABLE, other).problems == want and judge_table(TABLE, INST).ok
+    # a CSV with communication: its rows' problems come first, then the layout built from them
+    comms = tmp_path / "comms.csv"
+    write_rows(table_rows(TABLE), comms)
+    p3 = make_instance(p=3, m=2, comm=0.5, activation=1.0, weight=0.5, name="p3")
+    f = read_schedule_file(comms, p3)
+    assert f.header == ["comms.csv: 2 rows (ranks) but the instance has 3 devices"]
+    assert f.schedule.orders == SCHED.orders
+    assert judge(p3, f).problems == ["comms.csv: 2 rows (ranks) but the instance has 3 devices",
+                                     "embedded instance has 3 devices but the table has 2 ranks"]
+
+
+def test_a_plain_schedule_the_simulator_rejects_is_one_compute_order_problem(tmp_path):
+    from zbsolve.schedule import Schedule
+
+    rows = [list(r) for r in SCHED.orders]
+    rows[0] = [op for op in rows[0] if str(op) != "0F1"]
+    path = tmp_path / "short.json"
+    Schedule(rows, "short").dump(path)
+    v = judge(INST, read_schedule_file(path))
+    assert v.problems == ["compute order: 1 missing op(s): 0F1"] and v.sim is None
+
+
+def test_layout_and_instance_differences_are_all_listed_layout_first(tmp_path):
+    t = copy.deepcopy(TABLE)
+    t.placement = [1, 0]
+    other = INST.with_(comm=0.25)
+    assert instance_errors(t, other) == [
+        "placement [1, 0] differs from the embedded instance's [0, 1]",
+        "the file was made for another instance than 'p2': comm 0.5 vs 0.25 (file vs instance); "
+        "export it for this instance"]
+    # a JSON table's embedded instance is its root: the layout before the header's counts
+    data = copy.deepcopy(t.to_dict())
+    data["num_ranks"] = 3
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert judge(INST, read_schedule_file(path)).problems == [
+        "placement [1, 0] differs from the embedded instance's [0, 1]",
+        "header: num_ranks is 3 but the table lists 2 ranks"]
+
+
+def test_the_static_check_runs_once_per_judgement(monkeypatch):
+    """``judge_table`` hands its static errors (none, by then) to both matching simulations
+    rather than letting each recompute them: one pass over the table, not three."""
+    from zbsolve.export import p2p_check
+
+    calls = []
+    original = p2p_check.static_errors
+
+    def counted(table):
+        calls.append(table)
+        return original(table)
+
+    monkeypatch.setattr(p2p_check, "static_errors", counted)
+    verdict = judge_table(TABLE)
+    assert verdict.ok and [r.mode for r in verdict.reports] == ["blocking", "batched"]
+    assert calls == [TABLE]

@@ -205,6 +205,7 @@ def _replay_reference(cfg, lr, m):
     opt = make_optimizer([torch.nn.Parameter(torch.zeros(1))])
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["lr"] == DEFAULT_LR == 0.05
     assert opt.param_groups[0]["momentum"] == 0 and opt.param_groups[0]["weight_decay"] == 0
+    assert make_optimizer([torch.nn.Parameter(torch.zeros(1))], lr=0.2).param_groups[0]["lr"] == 0.2
 
 
 def test_worst_is_the_first_largest_and_empty_compares_nothing():
@@ -233,3 +234,60 @@ def test_non_finite_tensor_on_both_sides_says_both():
     steps[0].grads["w"][0] = math.nan
     ref.steps[0].grads["w"][0] = math.inf
     assert compare(steps, params, ref).nonfinite == ["step 0 grad w (in the run and the reference)"]
+
+
+def test_reference_takes_the_train_spec_and_records_each_steps_decision():
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.optim import OptimizerSpec, TrainSpec
+    from zbsolve.runtime.reference import run_reference
+
+    cfg = GPTConfig.preset("gpt-tiny", layers=1, hidden=8, heads=2, seq=4, vocab=16,
+                           microbatch_size=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        plain = run_reference(cfg, 1, steps=2)
+        assert plain.decisions == ["plain", "plain"]
+        name = next(iter(plain.params))
+        spec = TrainSpec(OptimizerSpec("sgd", 0.05, clip=1e-3), inject_inf=(1, name))
+        judged = run_reference(cfg, 1, steps=2, train=spec)
+        assert judged.decisions == ["clipped", "skipped"]  # tiny clip; an Inf skips the step
+        assert judged.steps[0].loss == plain.steps[0].loss  # same start, same batch
+        assert not torch.equal(judged.params[name], plain.params[name])
+        same = run_reference(cfg, 1, steps=2, train=TrainSpec(OptimizerSpec("sgd", 0.05)))
+        assert all(torch.equal(same.params[n], p) for n, p in plain.params.items())
+        with pytest.raises(ValueError) as err:
+            run_reference(cfg, 1, train=spec, lr=0.1)
+        assert str(err.value) == ("run_reference: give the learning rate in train.optimizer, "
+                                  "not lr too")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_reference_computes_on_the_device_given(monkeypatch):
+    """The model and each batch go to ``device`` (a GPU run's reference is computed there):
+    on a CPU-only machine the moves are recorded, since any device here is the CPU."""
+    from zbsolve.runtime.model import GPTConfig
+    from zbsolve.runtime.reference import run_reference
+
+    cfg = GPTConfig.preset("gpt-tiny", layers=1, hidden=8, heads=2, seq=4, vocab=16,
+                           microbatch_size=1)
+    moves = []
+    module_to, tensor_to = torch.nn.Module.to, torch.Tensor.to
+
+    def record_module(self, *args, **kw):
+        moves.append(("model", args))
+        return module_to(self, *args, **kw)
+
+    def record_tensor(self, *args, **kw):
+        moves.append(("tensor", args))
+        return tensor_to(self, *args, **kw)
+
+    dev = torch.device("cpu", 0)
+    monkeypatch.setattr(torch.nn.Module, "to", record_module)
+    monkeypatch.setattr(torch.Tensor, "to", record_tensor)
+    run_reference(cfg, 1, steps=1, device=dev)
+    monkeypatch.undo()
+    assert [args for what, args in moves if what == "model"] == [(dev,)]
+    # the tokens and the targets (the model's own move passes each parameter three arguments)
+    assert [args for what, args in moves if what == "tensor" and len(args) == 1] == [(dev,), (dev,)]

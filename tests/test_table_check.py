@@ -150,3 +150,80 @@ def test_launch_mismatches():
     assert _refused(table, world=3).startswith(
         "table '1f1b' is for 2 ranks but the launch has world size 3: use --nproc 2")
     assert "--layers 2" in _refused(table, cfg=CFG.with_(layers=1))
+
+
+# ------------------------------------------------- refusals of the launch's engine and model
+MODE_FIELDS = {"recompute": {"R": 1, "kept": 0.1}, "offload": {"d2h": 1.0}}
+
+
+def _mode_table(name: str) -> ExecutorTable:
+    inst = load_instance({"name": "modes", "devices": 2, "microbatches": 4,
+                          "times": {"F": 1, "I": 1, "W": 1}, "comm": 0.5,
+                          "memory": {"activation": 1, "weight": 0.5}, **MODE_FIELDS})
+    return lower(inst, generate(name, inst))
+
+
+def test_memory_modes_run_on_our_engine_only_with_the_kinds_named_in_order():
+    table = _mode_table("1f1b-offload")
+    check_table(table, 2, CFG)  # ours runs O and L
+    assert _refused(table, engine="torch") == (
+        "engine torch: torch's pipelining runtime has no recompute / offload actions (L, O in "
+        "table '1f1b-offload'); run it with --engine ours")
+    check_table(_mode_table("1f1b-recompute"), 2, CFG)
+    assert "(R in table '1f1b-recompute')" in _refused(_mode_table("1f1b-recompute"),
+                                                       engine="torch")
+
+
+def test_selective_recompute_is_refused_first_on_either_engine():
+    from zbsolve.runtime.stage_modes import SELECTIVE_REFUSAL
+
+    def selective(d):
+        acts = d["ranks"][0]["actions"]
+        acts[_index(d, 0, "R")]["kind"] = "RS"
+
+    table = _edit(_mode_table("1f1b-recompute"), selective)
+    want = f"table '1f1b-recompute' uses {SELECTIVE_REFUSAL}"
+    assert _refused(table) == want
+    assert _refused(table, engine="torch") == want  # before the engine's refusal of modes
+    assert _refused(table, world=3) == want  # before judging or the world size
+
+
+def test_plain_tables_run_on_torch_and_only_replicas_and_segments_are_refused_there():
+    check_table(_table(), 2, CFG, "torch")  # one replica, one segment: torch's runtime runs it
+    rep = load_instance({"name": "rep", "devices": 2, "microbatches": 4, "replicas": 2,
+                         "times": {"F": 1, "I": 1, "W": 1}, "comm": 0.1, "sync": 0.5})
+    table = lower(rep, generate("chimera", rep))
+    check_table(table, 2, CFG)
+    assert _refused(table, engine="torch") == (
+        "table 'chimera' runs 2 model replicas: torch's pipelining runtime has one last stage "
+        "and cannot run them; use --engine ours")
+    seg = load_instance({"name": "seg", "devices": 2, "microbatches": 2, "segments": 2,
+                         "segment_lengths": "balanced", "segment_costs": "prefix",
+                         "segment_model": {"seq": 16, "hidden": 32, "heads": 4, "layers": 1,
+                                           "vocab": 64},
+                         "times": {"F": 1, "I": 1, "W": 1}, "comm": 0.05})
+    table = lower(seg, generate("seq1f1b", seg))
+    check_table(table, 2, CFG)
+    assert _refused(table, engine="torch") == (
+        "engine torch: torch's pipelining runtime has no sequence segments; run segmented "
+        "tables with --engine ours")
+    llama = {"kind": "hf", "model_type": "llama", "layers": 2, "hidden": 32, "heads": 4,
+             "seq": 16, "vocab": 64}
+    assert _refused(table, cfg=llama).startswith(
+        "table 'seq1f1b': the table splits microbatches into 2 sequence segments; only the "
+        "runner's GPT runs segments")
+
+
+def test_model_given_as_a_dict_is_split_the_same_way():
+    table = _table()
+    check_table(table, 2, CFG.to_dict())  # a GPTConfig's fields
+    check_table(table, 2, {"kind": "gpt", "layers": 2, "hidden": 32, "heads": 4, "seq": 16,
+                           "vocab": 64})  # the layered runner's spec
+    few = ("the model has 1 layers but the table has 2 logical stages; every stage needs at "
+           "least one layer: pass --layers 2 or more")
+    assert _refused(table, cfg=CFG.with_(layers=1).to_dict()) == few
+    assert _refused(table, cfg=CFG.with_(layers=1)) == few
+    assert _refused(table, cfg={"kind": "gpt", "layers": 1, "hidden": 32, "heads": 4, "seq": 16,
+                                "vocab": 64}) == (
+        "the model has 1 layers between its first and last, too few for 2 stages (each needs "
+        "one): use more layers (--layers 2), fewer stages, or an explicit --split")

@@ -34,7 +34,7 @@ class ReferenceRun:
 def make_optimizer(params, lr: float = DEFAULT_LR) -> torch.optim.Optimizer:
     """Plain SGD (the default ``TrainSpec``'s): deterministic and elementwise, so sharded
     stages step exactly as one model."""
-    return OptimizerSpec("sgd", lr).make(params)
+    return OptimizerSpec(lr=lr).make(params)
 
 
 def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
@@ -45,14 +45,14 @@ def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
     its step (default: SGD at ``lr``, default learning rate, no clipping)."""
     if train is not None and lr is not None:
         raise ValueError("run_reference: give the learning rate in train.optimizer, not lr too")
-    train = train or TrainSpec(OptimizerSpec("sgd", DEFAULT_LR if lr is None else lr))
+    train = train or TrainSpec(OptimizerSpec(lr=DEFAULT_LR if lr is None else lr))  # SGD
     model = GPT(cfg).to(device)
     named = dict(model.named_parameters())
     opt = train.optimizer.make(named.values())
     records, decisions = [], []
     for step in range(steps):
         tokens, targets = make_batch(cfg, microbatches, step)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()  # frees the gradients (torch >= 2: set_to_none)
         loss = lm_loss(model(tokens.to(device)), targets.to(device))
         loss.backward()
         records.append(StepRecord(
@@ -62,8 +62,7 @@ def run_reference(cfg: GPTConfig, microbatches: int, steps: int = 2,
         decisions.append(reference_step(opt, named, train, step).label)
     params = {n: p.detach().cpu().clone() for n, p in named.items()}
     del model, opt
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()
+    torch.cuda.empty_cache()  # a GPU run's cache back to the pipeline; a no-op without CUDA
     return ReferenceRun(records, params, decisions)
 
 
@@ -101,9 +100,11 @@ class Comparison:
 
 
 def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if not b.numel():
+        return 0.0  # nothing differs
     a, b = a.detach(), b.detach()
-    scale = float(b.abs().max()) if b.numel() else 0.0
-    diff = float((a - b).abs().max()) if b.numel() else 0.0
+    scale = float(b.abs().max())
+    diff = float((a - b).abs().max())
     return diff / scale if scale > 0 else diff
 
 
