@@ -658,34 +658,44 @@ def _relaxations(inst: Instance, options: SolveOptions, best: _Best, budget: Bud
     from zbsolve.solver import relaxation
 
     share = min(budget.cp_left(), RELAX_SHARE * budget.limit)
-    spent, runs, before = 0.0, [], lower
+    t0, dtime0 = budget.elapsed(), budget.cp_dtime
+    runs, before = [], lower
     seen: dict[int, tuple[int, list[Op]]] = {}  # device: its relaxation's best (value, order)
-    devs = relaxation.candidates(inst)
+
+    def left() -> float:  # of the share: model building counts too (wall clock)
+        spent = budget.cp_dtime - dtime0 if options.deterministic else budget.elapsed() - t0
+        return share - spent
+
+    def run(d: int, seconds: float, round_: int) -> bool:
+        """One relaxation; True when it was proven."""
+        nonlocal lower
+        r = relaxation.relax_device(inst, options.objective, d, seconds, scale=scale,
+                                    workers=options.workers, seed=options.seed,
+                                    deterministic=options.deterministic, lower_bound=lower,
+                                    symmetry=options.symmetry, memory_model=options.memory_model)
+        budget.cp_dtime += r.dtime
+        runs.append({"device": d, "round": round_, "bound": r.bound / scale.time,
+                     "value": None if r.value is None else r.value / scale.time,
+                     "proven": r.proven, "seconds": r.seconds})
+        lower = max(lower, r.bound)
+        if r.value is not None and (d not in seen or r.value < seen[d][0]):
+            seen[d] = (r.value, list(r.order))
+        return r.proven
+
     # Round 1: a short slice each (most relaxations are proven at the bound at once); round 2:
     # what is left, evenly, to those not proven (their runs start again from scratch).
-    rounds = [(devs, share / (2 * len(devs)))]
-    for k in range(2):
-        todo, slice_ = rounds[k]
-        for i, d in enumerate(todo):
-            left = share - spent
-            if left <= 0:
-                break
-            allowance = min(left, slice_ if k == 0 else left / (len(todo) - i))
-            r = relaxation.relax_device(inst, options.objective, d, allowance, scale=scale,
-                                        workers=options.workers, seed=options.seed,
-                                        deterministic=options.deterministic, lower_bound=lower,
-                                        symmetry=options.symmetry,
-                                        memory_model=options.memory_model)
-            budget.cp_dtime += r.dtime
-            spent += r.dtime if options.deterministic else r.seconds
-            runs.append({"device": d, "round": k + 1, "bound": r.bound / scale.time,
-                         "value": None if r.value is None else r.value / scale.time,
-                         "proven": r.proven, "seconds": r.seconds})
-            lower = max(lower, r.bound)
-            if r.value is not None and (d not in seen or r.value < seen[d][0]):
-                seen[d] = (r.value, list(r.order))
-        if k == 0:
-            rounds.append(([run["device"] for run in runs if not run["proven"]], 0.0))
+    devs = relaxation.candidates(inst)
+    slice_ = share / (2 * len(devs))
+    open_ = []
+    for d in devs:
+        if left() <= 0:
+            break
+        if not run(d, min(left(), slice_), 1):
+            open_.append(d)
+    for i, d in enumerate(open_):
+        if left() <= 0:
+            break
+        run(d, left() / (len(open_) - i), 2)
     # the bottleneck: the device whose relaxation needs the longest schedule (shifting
     # bottleneck); none when every relaxation's schedule is at the bound it was given (then
     # no device binds more than the bound already says)

@@ -22,7 +22,6 @@ around it (``api.py``, the bottleneck phase: random-01 1751 -> 1462).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -74,28 +73,25 @@ def candidates(inst: Instance) -> list[int]:
 
 def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
                  scale: TimeScale, workers: int = 2, seed: int = 0, deterministic: bool = False,
-                 upper_bound: int | None = None, horizon: int | None = None,
-                 lower_bound: int = 0, hint: Mapping[Op, int] | None = None,
-                 symmetry: bool = True, memory_model: str = "cumulative") -> Relaxation:
-    """Solve the relaxation of ``device`` for at most ``seconds`` (module docstring).
+                 lower_bound: int = 0, symmetry: bool = True,
+                 memory_model: str = "cumulative") -> Relaxation:
+    """Solve the relaxation of ``device`` for at most ``seconds`` (module docstring), with the
+    objective at or above ``lower_bound`` (model units, a bound proven elsewhere).
 
-    ``upper_bound``/``horizon``/``hint``: those of the full model (a known schedule's value, in
-    model units): the relaxation's optimum is at most the instance's, so they keep it valid
-    (but they slow its proof: ``api._relaxations`` passes none of them)."""
+    No hint, upper bound or horizon from a known schedule, though each would keep the bound
+    valid: each kept CP-SAT from proving random-01's device-0 relaxation (1398 in 9 s
+    without; 1243-1275 after 10 s with one, docs/solver.md)."""
     from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
 
     others = [d for d in range(inst.devices) if d != device]
-    sm = build_model(inst, objective, upper_bound=upper_bound, horizon=horizon, scale=scale,
-                     symmetry=symmetry, memory_model=memory_model, relaxed=others,
-                     lower_bound=lower_bound)
-    if hint:
-        sm.add_hint(hint)
+    sm = build_model(inst, objective, scale=scale, symmetry=symmetry, memory_model=memory_model,
+                     relaxed=others, lower_bound=lower_bound)
     solver = new_solver(seconds, workers=workers, seed=seed, deterministic=deterministic,
                         extra=EXACT_MODEL_PARAMS)
     code = solver.solve(sm.model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-        # infeasible under the known schedule's value (rounding of an inexact scale) or an
-        # invalid model: nothing learnt, the caller's bound stands
+        # infeasible (only where rounded memory makes the model stricter than the instance) or
+        # an invalid model: nothing learnt, the caller's bound stands
         return Relaxation(device, int(lower_bound), None, False, (), solver.wall_time,
                           solver.deterministic_time)
     bound = int(round(solver.best_objective_bound))
