@@ -53,6 +53,16 @@ def test_zb_h1_is_optimal_at_1f1b_memory():
     assert value == pytest.approx(27.0)
 
 
+def test_greedy_runs_only_when_no_hand_made_schedule_meets_the_bound():
+    # ZB-H1 meets the analytic bound at p activations: nothing can beat it, the greedy is not run
+    at_bound = solve(make(limit=4.0), SolveOptions(**FAST, memory_tiebreak=False))
+    phases = [p["phase"] for p in at_bound.schedule.meta["solver"]["phases"]]
+    assert at_bound.status == "optimal" and "greedy" not in phases
+    # one activation less: no hand-made family is optimal, so the greedy is among the candidates
+    below = solve(make(limit=3.0), SolveOptions(**FAST, memory_tiebreak=False))
+    assert "greedy" in [p["phase"] for p in below.schedule.meta["solver"]["phases"]]
+
+
 def test_unlimited_memory_zero_comm_optimum():
     # m(F+I+W) + (p-1)F: the last device starts after p-1 forwards and then never idles
     # (needs enough microbatches: device 0 must fill its wait for I(0, 0) with forwards)

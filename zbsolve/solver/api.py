@@ -252,10 +252,16 @@ def _greedy_orders(inst: Instance, objective: str, budget: Budget, seconds: floa
 
 
 def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines: list,
-                budget: Budget, until: float, best: _Best) -> None:
+                budget: Budget, until: float, best: _Best, floor: float = -math.inf,
+                within: float = TOL) -> None:
     """Offer every memory-feasible starting point: hand-made, caller hints, the I/W-split
     forms, the greedy, and the serial schedule (the witness that always fits; simulated only
-    when nothing else fits on instances too large to spend the time on it)."""
+    when nothing else fits on instances too large to spend the time on it).
+
+    The greedy is skipped when a hand-made schedule or hint is already within ``within`` of
+    the lower bound ``floor``: nothing can beat it by more, and on the one-chunk ZB cases
+    the greedy's variants were most of the time to a proof that the bound had already made
+    (the memory phase still looks for less memory at that step time)."""
     start = [_Candidate(r.name, r.schedule, r.result) for r in baselines
              if r.applicable and r.result.feasible]
     for c in start:
@@ -274,7 +280,8 @@ def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines
                         best.offer(_Candidate(split.name, split, sim), "hand-made")
     except OutOfTime:
         pass
-    for greedy in _greedy(inst, objective, budget):
+    done = bool(best.all) and rel_gap(best.best().sim.value(objective), floor) <= within
+    for greedy in [] if done else _greedy(inst, objective, budget):
         best.offer(greedy, "greedy")
     if not best.all or TaskGraph(inst).count() <= EXACT_MAX_OPS:
         serial = serial_schedule(inst)
@@ -333,14 +340,14 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     baselines = hand_made(inst, budget, until)
     best_hand = best_hand_made(inst, objective, baselines)
     best = _Best(inst, objective)
-    _candidates(inst, objective, list(hints), baselines, budget, until, best)
+    within = max(TOL, options.gap)
+    _candidates(inst, objective, list(hints), baselines, budget, until, best, analytic, within)
     inc = best.best()
     progress = Progress(1.0, objective, echo=options.progress, floor=analytic)
     progress.note(inc.sim.value(objective), analytic, f"hint: {inc.name}")
 
     cp_bound: float | None = None
     ran = False
-    within = max(TOL, options.gap)
     proven = rel_gap(inc.sim.value(objective), analytic) <= within
     if proven:
         info["proof_time"] = budget.elapsed()
