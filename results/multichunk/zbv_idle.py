@@ -49,7 +49,7 @@ def idle_split(inst: Instance, sched) -> list[dict]:
                         else "middle")
                 parts[part] += wait
         work = inst.device_work(d)
-        first = min(ht.head[o] for o in ops)
+        first = bounds.first_head(inst, ht, d)
         warm_term = None if ends[d] is None else ends[d] - first - work
         rows.append({"device": d, "span": sim.span[d], "work": work, **parts,
                      "bound warm-up term": warm_term})

@@ -252,8 +252,8 @@ def _greedy_orders(inst: Instance, objective: str, budget: Budget, seconds: floa
 
 
 def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines: list,
-                budget: Budget, until: float, best: _Best, floor: float = -math.inf,
-                within: float = TOL) -> None:
+                budget: Budget, until: float, best: _Best, floor: float,
+                within: float) -> None:
     """Offer every memory-feasible starting point: hand-made, caller hints, the I/W-split
     forms, the greedy, and the serial schedule (the witness that always fits; simulated only
     when nothing else fits on instances too large to spend the time on it).
@@ -280,9 +280,9 @@ def _candidates(inst: Instance, objective: str, hints: list[Schedule], baselines
                         best.offer(_Candidate(split.name, split, sim), "hand-made")
     except OutOfTime:
         pass
-    done = bool(best.all) and rel_gap(best.best().sim.value(objective), floor) <= within
-    for greedy in [] if done else _greedy(inst, objective, budget):
-        best.offer(greedy, "greedy")
+    if not best.all or rel_gap(best.best().sim.value(objective), floor) > within:
+        for greedy in _greedy(inst, objective, budget):
+            best.offer(greedy, "greedy")
     if not best.all or TaskGraph(inst).count() <= EXACT_MAX_OPS:
         serial = serial_schedule(inst)
         best.offer(_Candidate(serial.name, serial, simulate(inst, serial)), "serial")
