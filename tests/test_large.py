@@ -70,6 +70,22 @@ def test_cuts_are_predecessor_closed():
         inside = {op for d, row in enumerate(orders) for op in row[:cut[d]]}
         for op in inside:
             assert all(q in inside for q, _ in graph.preds(op))
+        assert cut == _largest_closed_cut(graph, orders, mb_cut(inst, orders, sim, j))
+
+
+def _largest_closed_cut(graph, orders, cut):
+    """The plain fixpoint: cut each device before its first op that waits past the cut."""
+    pos = {op: (d, i) for d, row in enumerate(orders) for i, op in enumerate(row)}
+    cut = list(cut)
+    changed = True
+    while changed:
+        changed = False
+        for d, row in enumerate(orders):
+            for i in range(cut[d]):
+                if any(pos[q][1] >= cut[pos[q][0]] for q, _ in graph.preds(row[i]) if q in pos):
+                    cut[d], changed = i, True
+                    break
+    return cut
 
 
 def test_solve_large_contract():

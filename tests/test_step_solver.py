@@ -119,6 +119,9 @@ def test_lns_window_objective_stays_exact_with_the_step(mode, objective):
         lo_cut = [min(a, b) for a, b in zip(lo_cut, hi_cut)]
         split = list(zip(lo_cut, hi_cut))
         tails = large._post_tails(graph, ext, sim, hi_cut, per_device)
+        # the search reads them off one walk of the whole schedule (large.SuffixTails)
+        whole = large._post_tails(graph, ext, sim, [0] * inst.devices, per_device)
+        assert dict(large.SuffixTails(whole, large.positions(ext), hi_cut)) == tails
         reach = dict(large._fixed_reach(graph, ext, sim, split, tails))
 
         def push(e, value, reach=reach):

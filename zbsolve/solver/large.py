@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from zbsolve.graph import START, TaskGraph
 from zbsolve.instance import Instance
@@ -98,22 +100,44 @@ def _key(sim: SimResult, orders: list[list[Op]], objective: str) -> tuple[float,
 
 
 # ---------------------------------------------------------------------- one window
-def closed_cut(graph: TaskGraph, orders: list[list[Op]], cut: list[int]) -> list[int]:
+def closed_cut(graph: TaskGraph, orders: list[list[Op]], cut: list[int],
+               needs: list[np.ndarray] | None = None) -> list[int]:
     """Shrink per-device prefixes ``orders[d][:cut[d]]`` until every op in them has all its
-    predecessors in them too (what stays fixed before a window must not wait for the window)."""
-    pos = {op: (d, i) for d, row in enumerate(orders) for i, op in enumerate(row)}
+    predecessors in them too (what stays fixed before a window must not wait for the window).
+
+    The answer is the largest predecessor-closed cut at or below ``cut`` (closed cuts are
+    closed under componentwise min, so it is unique). ``needs``: ``cut_needs(graph, orders)``,
+    which a caller with many cuts of one incumbent computes once."""
+    needs = cut_needs(graph, orders) if needs is None else needs
     cut = list(cut)
     changed = True
     while changed:
         changed = False
-        for d, row in enumerate(orders):
-            for i in range(cut[d]):
-                if any(pos[q][1] >= cut[pos[q][0]] for q, _ in graph.preds(row[i])
-                       if q in pos):
-                    cut[d] = i
-                    changed = True
-                    break
+        limit = np.array(cut)
+        for d, need in enumerate(needs):
+            bad = (need[1:cut[d] + 1] > limit).any(axis=1)  # row[:i+1] waits past the cut
+            if bad.any():
+                cut[d] = limit[d] = int(np.argmax(bad))
+                changed = True
     return cut
+
+
+def cut_needs(graph: TaskGraph, orders: list[list[Op]]) -> list[np.ndarray]:
+    """Per device d, an array whose row i holds, for every device e, how long a prefix of e's
+    order the first i ops of d's order wait for (1 + the index of their last predecessor on e,
+    0: none): ``orders[d][:i]`` is closed under a cut c iff row i <= c everywhere."""
+    pos = positions(orders)
+    out = []
+    for row in orders:
+        need = np.zeros((len(row) + 1, len(orders)), dtype=np.int64)
+        for i, op in enumerate(row):
+            need[i + 1] = need[i]
+            for q, _ in graph.preds(op):
+                at = pos.get(q)
+                if at is not None:
+                    need[i + 1, at[0]] = max(need[i + 1, at[0]], at[1] + 1)
+        out.append(need)
+    return out
 
 
 def mb_cut(inst: Instance, orders: list[list[Op]], sim: SimResult, j: int) -> list[int]:
@@ -145,16 +169,21 @@ def _solve_window(
     objective: str,
     time_limit: float,
     cfg: LNSConfig,
-) -> tuple[list[list[Op]] | None, bool, int, float]:
+    tails: Mapping[Op, dict[int, int]] | None = None,
+    lead: Sequence[int] | None = None,
+) -> tuple[list[list[Op]] | None, bool, int, float, float]:
     """Re-solve ``orders[d][lo_cut[d]:hi_cut[d]]`` for all d (both cuts predecessor-closed);
-    returns (new orders or None, proved optimal, window size, CP-SAT deterministic time)."""
+    returns (new orders or None, proved optimal, window size, CP-SAT deterministic time, CP-SAT
+    wall seconds).
+    ``tails``: ``_post_tails`` of this cut, e.g. a ``SuffixTails`` view; ``lead``: where each
+    device's objective is measured from (``_leads``); both computed when absent."""
     from ortools.sat.python import cp_model
 
     p = si.devices
     split = list(zip(lo_cut, hi_cut))
     win: list[Op] = [op for d in range(p) for op in orders[d][split[d][0]:split[d][1]]]
     if len(win) < 2:
-        return None, True, len(win), 0.0
+        return None, True, len(win), 0.0, 0.0
     in_win = set(win)
     dur = {op: int(round(graph.duration(op))) for op in win}
     model = cp_model.CpModel()
@@ -175,8 +204,9 @@ def _solve_window(
             if pred in in_win:
                 model.add(start[op] >= start[pred] + dur[pred] + int(round(delay)))
     per_device = objective == "span"
-    tails = _post_tails(graph, orders, sim, hi_cut, per_device)
-    lead = _first_heads(si) if per_device else [0] * p
+    if tails is None:
+        tails = _post_tails(graph, orders, sim, hi_cut, per_device)
+    lead = _leads(si, objective) if lead is None else lead
     top = int(round(sim.value(objective))) + horizon
     z = model.new_int_var(0, top, "z")
     reach = [model.new_int_var(0, top + max(lead), f"reach{d}") for d in range(p)]
@@ -223,15 +253,20 @@ def _solve_window(
     solver = new_solver(max(time_limit, 0.05), workers=cfg.workers, seed=cfg.seed,
                         deterministic=cfg.deterministic)
     code = solver.solve(model)
-    dtime = solver.deterministic_time
+    dtime, wall = solver.deterministic_time, solver.wall_time
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, False, len(win), dtime
+        return None, False, len(win), dtime, wall
     new = []
     for d in range(p):
         i, j = split[d]
         mid = sorted(orders[d][i:j], key=lambda o: (solver.value(start[o]), o.kind != "I"))
         new.append(orders[d][:i] + mid + orders[d][j:])
-    return new, code == cp_model.OPTIMAL, len(win), dtime
+    return new, code == cp_model.OPTIMAL, len(win), dtime, wall
+
+
+def _leads(si: Instance, objective: str) -> list[int]:
+    """Per device, where the window objective measures it from: its first head for span, 0."""
+    return _first_heads(si) if objective == "span" else [0] * si.devices
 
 
 def _first_heads(si: Instance) -> list[int]:
@@ -285,6 +320,43 @@ def _post_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult, hi_cut
     return tails
 
 
+class SuffixTails(Mapping):
+    """``_post_tails`` of a cut, read from those of the whole schedule (cut at 0).
+
+    An op after the cut reaches the ends only through its graph successors and the ops after it
+    on its device, and all of them lie after the cut too (the cut is predecessor-closed), in the
+    same relative order in ``_post_tails``' walk: so its tail does not depend on where the cut
+    is, and one walk per incumbent serves every window (at p = 32, m = 256 the walk takes 1 s,
+    the window's CP-SAT 0.1 s). Ops before the cut are not in the view.
+    """
+
+    def __init__(self, full: Mapping[Op, dict[int, int]], position: Mapping[Op, tuple[int, int]],
+                 hi_cut: Sequence[int]) -> None:
+        self._full, self._position, self._cut = full, position, hi_cut
+
+    def __contains__(self, op: object) -> bool:
+        if op not in self._full:
+            return False
+        at = self._position.get(op)  # type: ignore[call-overload]
+        return at is None or at[1] >= self._cut[at[0]]  # None: a job off the devices' rows
+
+    def __getitem__(self, op: Op) -> dict[int, int]:
+        if op not in self:
+            raise KeyError(op)
+        return self._full[op]
+
+    def __iter__(self) -> Iterator[Op]:
+        return (op for op in self._full if op in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def positions(orders: Sequence[Sequence[Op]]) -> dict[Op, tuple[int, int]]:
+    """Each op's (device, index) in ``orders``."""
+    return {op: (d, i) for d, row in enumerate(orders) for i, op in enumerate(row)}
+
+
 def _with_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult) -> list[list[Op]]:
     """Each device's order followed by its optimizer steps as the simulator ran them (the tail
     rule): what comes after a window that reaches the end of a device's order."""
@@ -292,7 +364,7 @@ def _with_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult) -> lis
             for d, row in enumerate(orders)]
 
 
-def _exit_vector(graph: TaskGraph, o: Op, tails: dict[Op, dict[int, int]]) -> dict[int, int]:
+def _exit_vector(graph: TaskGraph, o: Op, tails: Mapping[Op, dict[int, int]]) -> dict[int, int]:
     """How far past the end of window op ``o`` each device's end (key) lies, through its graph
     successors in the fixed part after the window."""
     out: dict[int, int] = {}
@@ -303,7 +375,8 @@ def _exit_vector(graph: TaskGraph, o: Op, tails: dict[Op, dict[int, int]]) -> di
 
 
 def _fixed_reach(graph: TaskGraph, orders: list[list[Op]], sim: SimResult,
-                 split: list[tuple[int, int]], tails: dict[Op, dict[int, int]]) -> dict[int, int]:
+                 split: list[tuple[int, int]], tails: Mapping[Op, dict[int, int]]
+                 ) -> dict[int, int]:
     """The part of each device's end that the window cannot change: paths that enter the fixed
     part after the window from the fixed part before it."""
     out: dict[int, int] = {}
@@ -393,7 +466,9 @@ def improve(
             return time_limit - spent[0]
         return deadline - time.perf_counter()
 
+    t_validate = time.perf_counter()
     start_sim = validate(inst, sched)
+    validate_seconds = time.perf_counter() - t_validate
     bound = quick_bound(inst, objective) if bound is None else bound
     stats = LNSStats()
     if sched.has_pairs:  # the window model has no pair choices: keep the schedule as it is
@@ -426,7 +501,18 @@ def improve(
             progress.note(best_true_value, bound, what)
 
     report("large: start")
-    while left() > 0.05:
+    per_device = objective == "span"
+    lead = _leads(si, objective)
+    incumbent = None  # (rows with the optimizer steps, positions, cut needs, tails): once each
+    # Wall seconds a window costs besides its CP-SAT run (cuts, model, re-timing; the most seen
+    # so far), and the final validations of this function and of its caller (three times the
+    # first one: measured 0.26-0.47 s each at p = 32, m = 256): a window that cannot end by the
+    # limit is not begun, so the limit bounds the whole search. Deterministic mode counts
+    # CP-SAT's own time only, so no wall clock may decide anything there.
+    overhead, finish = 0.0, 0.0 if cfg.deterministic else 3.0 * validate_seconds
+    walk = 0.0  # wall seconds of the last walk of an incumbent (it is paid again on a change)
+    while left() > max(0.05, overhead + finish + (walk if incumbent is None else 0.0)):
+        t_window, fresh = time.perf_counter(), incumbent is None
         if best_true_value <= bound * (1 + gap) + TOL:
             break
         if pos >= m:
@@ -439,20 +525,26 @@ def improve(
                         else max(1, size // 2))
             pass_improved, pass_optimal = False, True
             pos = (stats.passes % 2) * (size // 2)
-        lo_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos))
-        hi_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos + size))
+        if incumbent is None:
+            ext = _with_tails(graph, orders, sim)
+            incumbent = (ext, positions(ext), cut_needs(graph, orders),
+                         _post_tails(graph, ext, sim, [0] * inst.devices, per_device))
+            walk = time.perf_counter() - t_window
+        ext, position, needs, full_tails = incumbent
+        lo_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos), needs)
+        hi_cut = closed_cut(graph, orders, mb_cut(si, orders, sim, pos + size), needs)
         lo_cut = [min(a, b) for a, b in zip(lo_cut, hi_cut)]
-        limit = min(cfg.window_time, max(left() - 0.05, 0.05))
-        new, optimal, n_win, dtime = _solve_window(
-            si, graph, _with_tails(graph, orders, sim), sim, lo_cut, hi_cut, objective, limit,
-            cfg)
+        limit = min(cfg.window_time, max(left() - overhead - finish, 0.05))
+        new, optimal, n_win, dtime, cp_wall = _solve_window(
+            si, graph, ext, sim, lo_cut, hi_cut, objective, limit, cfg,
+            SuffixTails(full_tails, position, hi_cut), lead)
         spent[0] += dtime
         if new is not None and graph.has_step:
             new = [[o for o in row if not graph.is_tail(o)] for row in new]
         stats.windows += 1
         stats.optimal_windows += int(optimal)
         pass_optimal = pass_optimal and optimal
-        if new is not None:
+        if new is not None and new != orders:  # the same orders: nothing to re-time
             try:
                 cand = simulate(si, Schedule(new))
             except ScheduleError:
@@ -463,12 +555,16 @@ def improve(
                     true = simulate(inst, Schedule(new))
                     if true.feasible and true.value(objective) <= best_true_value + TOL:
                         orders, sim, best_key = new, cand, key
+                        incumbent = None
                         pass_improved = True
                         stats.accepted += 1
                         best_orders = new
                         if true.value(objective) < best_true_value - TOL:
                             best_true_value = true.value(objective)
                             report(f"large: window {stats.windows} ({n_win} ops)")
+        if not cfg.deterministic:
+            overhead = max(overhead, time.perf_counter() - t_window - cp_wall
+                           - (walk if fresh else 0.0))
         if pos + size >= m:
             pos = m  # the pass is over
         else:  # slide, and let the last window end with the schedule
