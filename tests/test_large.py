@@ -60,6 +60,27 @@ def test_stops_at_the_bound():
     assert stats.windows == 0
 
 
+def test_no_window_is_begun_that_cannot_end_by_the_limit(monkeypatch):
+    """Each window here costs 0.4 s of work besides CP-SAT (a stand-in that sleeps): once one
+    has been seen, none starts with less than that left, so the search ends by its limit. The
+    loop's old test (0.05 s left) began a fourth window at 1.2 s and ended at 1.6 s."""
+    import time
+
+    from zbsolve.solver import large
+
+    def slow_window(si, graph, orders, sim, lo_cut, hi_cut, objective, limit, cfg, *rest):
+        time.sleep(0.4)
+        return None, False, 10, 0.0, 0.0
+
+    monkeypatch.setattr(large, "_solve_window", slow_window)
+    inst = small(limit=3.0)
+    start = serial_schedule(inst)
+    t0 = time.perf_counter()
+    _, _, stats = improve(inst, start, "makespan", 1.3, config=CFG)
+    assert time.perf_counter() - t0 < 1.3 + 0.15
+    assert 1 <= stats.windows <= 3
+
+
 def test_cuts_are_predecessor_closed():
     inst = small(limit=3.0, p=3, m=6, v=2, comm=0.1)
     sched, sim = heuristic_schedule(inst)
