@@ -22,7 +22,9 @@ def _seen(monkeypatch, **options):
         seen.append(solver.parameters.transitive_precedences_work_limit)
         return solver
     monkeypatch.setattr(cpsat, "new_solver", spy)
-    res = solve(_inst(), SolveOptions(time_limit=10, workers=1, seed=0, **options))
+    # windows=False: the window search's small models keep CP-SAT's defaults (large.py)
+    res = solve(_inst(), SolveOptions(time_limit=10, workers=1, seed=0, windows=False,
+                                      **options))
     assert res.status == "optimal"
     return seen
 

@@ -350,6 +350,22 @@ def test_deterministic_mode_returns_the_same_schedule():
     assert runs[0].schedule.meta["solver"]["cp_dtime"] > 0
 
 
+def test_window_search_runs_first_on_multi_stage_devices_and_its_schedule_joins_the_pool():
+    def v_inst(m):
+        return make(p=3, m=m, v=2, placement="v", F=[2.0, 3.0, 2.0, 2.0, 3.0, 2.0], I=3.0,
+                    W=[1.0, 2.0, 1.0, 2.0, 1.0, 1.0], comm=1.0, weight=0.5, limit=3.5)
+
+    opts = dict(time_limit=6, workers=1, seed=0, memory_tiebreak=False)
+    on = solve(v_inst(6), SolveOptions(**opts)).schedule.meta["solver"]
+    assert on["windows"]["windows"] >= 1
+    assert "windows" in [p["phase"] for p in on["phases"]]
+    off = solve(v_inst(6), SolveOptions(**opts, windows=False)).schedule.meta["solver"]
+    assert "windows" not in off and "windows" not in [p["phase"] for p in off["phases"]]
+    # one stage per device: CP-SAT alone, as before (the one-chunk proofs keep their time)
+    one = solve(make(**HARD), SolveOptions(**opts)).schedule.meta["solver"]
+    assert "windows" not in one
+
+
 def test_gap_stops_early_and_is_reported():
     inst = make(**HARD)  # best hand-made 25, analytic bound 24: within a 10% gap at once
     res = solve(inst, SolveOptions(time_limit=20, workers=1, gap=0.1))

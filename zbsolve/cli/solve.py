@@ -49,6 +49,9 @@ def register(sub) -> None:
                         help="devices with several stages: if the gap is above 1%% at 40%% of the "
                              "limit, solve one-device relaxations for a stronger bound and the "
                              "bottleneck's order (docs/solver.md)")
+    parser.add_argument("--no-windows", action="store_true",
+                        help="devices with several stages: skip the window search that runs "
+                             "before CP-SAT for 1/6 of the limit (docs/solver.md)")
     parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
                         help="stop at this relative gap to the lower bound (default: 0, prove optimal)")
     parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
@@ -118,7 +121,7 @@ def handle(args) -> int:
         objective=args.objective, method=args.method, progress=args.progress,
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
         deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
-        relax=args.relax,
+        relax=args.relax, windows=not args.no_windows,
     )
     result = (solve_fused if args.fused_backward else solve)(inst, options)
     sched = result.schedule

@@ -77,11 +77,12 @@ class LNSStats:
     optimal_windows: int = 0
     passes: int = 0
     history: list[tuple[float, float, float]] = field(default_factory=list)  # elapsed, value, bound
+    dtime: float = 0.0  # CP-SAT deterministic seconds, all windows
 
     def as_dict(self) -> dict[str, Any]:
         return {"windows": self.windows, "accepted": self.accepted,
                 "optimal_windows": self.optimal_windows, "passes": self.passes,
-                "history": self.history}
+                "history": self.history, "dtime": self.dtime}
 
 
 def quick_bound(inst: Instance, objective: str) -> float:
@@ -539,6 +540,7 @@ def improve(
             si, graph, ext, sim, lo_cut, hi_cut, objective, limit, cfg,
             SuffixTails(full_tails, position, hi_cut), lead)
         spent[0] += dtime
+        stats.dtime = spent[0]
         if new is not None and graph.has_step:
             new = [[o for o in row if not graph.is_tail(o)] for row in new]
         stats.windows += 1
