@@ -170,14 +170,14 @@ def _solve_window(
     objective: str,
     time_limit: float,
     cfg: LNSConfig,
-    tails: Mapping[Op, dict[int, int]] | None = None,
-    lead: Sequence[int] | None = None,
+    tails: Mapping[Op, dict[int, int]],
+    lead: Sequence[int],
 ) -> tuple[list[list[Op]] | None, bool, int, float, float]:
     """Re-solve ``orders[d][lo_cut[d]:hi_cut[d]]`` for all d (both cuts predecessor-closed);
     returns (new orders or None, proved optimal, window size, CP-SAT deterministic time, CP-SAT
     wall seconds).
-    ``tails``: ``_post_tails`` of this cut, e.g. a ``SuffixTails`` view; ``lead``: where each
-    device's objective is measured from (``_leads``); both computed when absent."""
+    ``tails``: ``_post_tails`` of this cut (the search passes a ``SuffixTails`` view);
+    ``lead``: where each device's objective is measured from (``_leads``)."""
     from ortools.sat.python import cp_model
 
     p = si.devices
@@ -205,9 +205,6 @@ def _solve_window(
             if pred in in_win:
                 model.add(start[op] >= start[pred] + dur[pred] + int(round(delay)))
     per_device = objective == "span"
-    if tails is None:
-        tails = _post_tails(graph, orders, sim, hi_cut, per_device)
-    lead = _leads(si, objective) if lead is None else lead
     top = int(round(sim.value(objective))) + horizon
     z = model.new_int_var(0, top, "z")
     reach = [model.new_int_var(0, top + max(lead), f"reach{d}") for d in range(p)]
