@@ -381,11 +381,15 @@ def test_window_search_runs_first_on_multi_stage_devices_and_its_schedule_joins_
                     W=[1.0, 2.0, 1.0, 2.0, 1.0, 1.0], comm=1.0, weight=0.5, limit=3.5)
 
     opts = dict(time_limit=6, workers=1, seed=0, memory_tiebreak=False)
-    on = solve(v_inst(6), SolveOptions(**opts)).schedule.meta["solver"]
+    on = solve(v_inst(12), SolveOptions(**opts)).schedule.meta["solver"]  # 216 ops: 11 mb a window
     assert on["windows"]["windows"] >= 1
     assert "windows" in [p["phase"] for p in on["phases"]]
-    off = solve(v_inst(6), SolveOptions(**opts, windows=False)).schedule.meta["solver"]
+    off = solve(v_inst(12), SolveOptions(**opts, windows=False)).schedule.meta["solver"]
     assert "windows" not in off and "windows" not in [p["phase"] for p in off["phases"]]
+    # 108 ops: the first window would hold all 6 microbatches, i.e. be the exact model itself
+    whole = solve(v_inst(6), SolveOptions(**opts)).schedule.meta["solver"]
+    assert whole["windows"] == "not run: one window would hold the whole model"
+    assert "windows" not in [p["phase"] for p in whole["phases"]]
     # one stage per device: CP-SAT alone, as before (the one-chunk proofs keep their time)
     one = solve(make(**HARD), SolveOptions(**opts)).schedule.meta["solver"]
     assert "windows" not in one

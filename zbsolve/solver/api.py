@@ -661,19 +661,24 @@ def _window_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     at or near the analytic one long before its incumbent gets there), and the windows find
     good orders fast: on the random family's four open instances, 60 s of windows alone beat
     60 s of CP-SAT on all four (random-01 1595 against 1691, random-25 511 against 544),
-    and 10 s of windows then CP-SAT proved random-29 (docs/solver.md, "Windows first"). The
-    price: on small instances, where a window is most of the model, CP-SAT's proof comes
-    later by up to the phase's share (random-16, 108 ops: 0.28 s -> 10.2 s of 60)."""
-    from zbsolve.solver.large import LNSConfig, improve
+    and 10 s of windows then CP-SAT proved random-29 (docs/solver.md, "Windows first").
+
+    Not where the first window would hold the whole model: the windows are then CP-SAT
+    restarts of a few seconds on the model the exact phases solve anyway, and a proof waited
+    for them (random-16, 108 ops: 0.39 s without the phase, 10.3 s with it)."""
+    from zbsolve.solver.large import LNSConfig, first_window_is_whole, improve
 
     if not any(len(inst.stages_of(d)) > 1 for d in range(inst.devices)):
+        return False
+    cfg = LNSConfig(workers=options.workers, seed=options.seed,
+                    deterministic=options.deterministic)
+    if first_window_is_whole(inst, best.best().schedule, cfg):
+        info["windows"] = "not run: one window would hold the whole model"
         return False
     seconds = (WINDOWS_SHARE * budget.limit if options.deterministic
                else budget.share(WINDOWS_SHARE))
     if seconds <= 0.5:
         return False
-    cfg = LNSConfig(workers=options.workers, seed=options.seed,
-                    deterministic=options.deterministic)
     sched, sim, stats = improve(inst, best.best().schedule, options.objective, seconds,
                                 config=cfg, bound=bound, gap=within, progress=progress)
     budget.cp_dtime += stats.dtime

@@ -434,6 +434,21 @@ def _window_memory(model, graph: TaskGraph, d: int, before: Sequence[Op], ops: S
 
 
 # ---------------------------------------------------------------------- the search
+def window_sizes(n_ops: int, m: int, cfg: LNSConfig) -> tuple[int, int]:
+    """Microbatches per window for a schedule of ``n_ops`` ops: the first windows' (about
+    ``cfg.window_ops`` ops) and the largest the search may widen to (``cfg.max_ops``)."""
+    per_mb = max(1, n_ops // m)
+    return max(1, min(m, cfg.window_ops // per_mb)), max(1, min(m, cfg.max_ops // per_mb))
+
+
+def first_window_is_whole(inst: Instance, sched: Schedule, cfg: LNSConfig | None = None
+                          ) -> bool:
+    """True where ``improve``'s first window would hold every microbatch of ``sched``: its
+    windows are then the whole model, solved again and again for ``cfg.window_time`` each."""
+    n_ops = sum(len(row) for row in split_backward(sched).orders)
+    return window_sizes(n_ops, inst.microbatches, cfg or LNSConfig())[0] >= inst.microbatches
+
+
 def improve(
     inst: Instance,
     sched: Schedule,
@@ -482,11 +497,8 @@ def improve(
     if not sim.feasible:  # rounding made the scaled memory stricter: nothing to search from
         return sched, start_sim, stats
     best_key = _key(sim, orders, objective)
-    n_ops = sum(len(o) for o in orders)
     m = inst.microbatches
-    per_mb = max(1, n_ops // m)
-    size = max(1, min(m, cfg.window_ops // per_mb))  # microbatches per window
-    max_size = max(1, min(m, cfg.max_ops // per_mb))
+    size, max_size = window_sizes(sum(len(o) for o in orders), m, cfg)
     pass_improved, pass_optimal = False, True
     pos = 0  # first microbatch of the window
     best_orders = orders
