@@ -70,7 +70,8 @@ MEMORY_PHASE_MIN = 1.0  # seconds the memory phase may take even after a quick f
 # the budget, at most) and a run with the bottleneck's order kept (BOTTLENECK_SHARE, at most).
 RELAX_AT, RELAX_GAP, RELAX_SHARE, BOTTLENECK_SHARE = 0.4, 0.01, 0.25, 0.15
 # Devices with several stages, exact method: the window search (``large.improve``) runs first
-# for WINDOWS_SHARE of the budget, then CP-SAT starts from its schedule (``_window_phase``).
+# for WINDOWS_SHARE of the budget, then CP-SAT starts from its schedule (``_window_phase``;
+# not where one window would hold the whole model).
 WINDOWS_SHARE = 1 / 6
 
 
