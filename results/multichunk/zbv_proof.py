@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-from ortools.sat.python import cp_model
-
 sys.path.insert(0, str(Path(__file__).parent))
 from zbv_idle import six_b_times  # noqa: E402
 
@@ -27,10 +25,18 @@ from zbsolve.simulate import simulate  # noqa: E402
 from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver  # noqa: E402
 from zbsolve.solver.model import TimeScale, build_model, scaled_instance  # noqa: E402
 
+USAGE = "usage: zbv_proof.py P M SECONDS SEED [hint,upper | hint | upper | bare]"
+
 
 def main() -> None:
-    p, m, seconds, seed = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    try:
+        p, m, seconds, seed = (int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]),
+                               int(sys.argv[4]))
+    except (IndexError, ValueError):
+        sys.exit(USAGE)
     what = sys.argv[5].split(",") if len(sys.argv) > 5 else []
+    if not set(what) <= {"hint", "upper", "bare"}:
+        sys.exit(f"{USAGE}: unknown option in {sys.argv[5]!r}")
     inst = six_b_times(p, m)
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
