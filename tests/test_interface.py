@@ -64,6 +64,11 @@ def test_json_answers_of_show_export_and_bench(tmp_path, capsys):
     assert main(["bench", "--list", "--cases", "small", "--json"]) == 0
     listed, _ = _json_out(capsys)
     assert [c["case"] for c in listed][:2] == ["small/teaching-p4-m8", "small/teaching-p4-m16"]
+    assert {c["time_limit"] for c in listed} == {60.0}
+    assert main(["bench", "--list", "--cases", "small,random/random-01", "--small-limit", "20",
+                 "--time-limit", "7", "--json"]) == 0
+    listed, _ = _json_out(capsys)
+    assert {c["time_limit"] for c in listed} == {20.0} and listed[-1]["case"] == "random/random-01"
 
 
 def test_errors_under_json_are_one_json_object_on_stdout(tmp_path, capsys):

@@ -23,7 +23,10 @@ def register(sub) -> None:
                              "repeatable or comma-separated, e.g. 'iclr-2p,small' "
                              "(default: all)")
     parser.add_argument("--time-limit", type=types.seconds, default=20.0, metavar="SECONDS",
-                        help="seconds per table case; small cases get 60, large 120")
+                        help="seconds per table case; small cases get --small-limit, large 120")
+    parser.add_argument("--small-limit", type=types.seconds, default=60.0, metavar="SECONDS",
+                        help="seconds per small, random and segment case (default: 60); "
+                             "e.g. 20 then 60 to see what a longer limit changes")
     parser.add_argument("--quick", action="store_true",
                         help="one or two cases per family with short limits (a smoke run)")
     parser.add_argument("--out", default=None,
@@ -51,7 +54,8 @@ def handle(args) -> int:
     if args.out:
         check_output(args.out, kind="folder", what="--out")
     ref = Path(args.reference) if args.reference else None
-    cases = bench.build_cases(ref, time_limit=args.time_limit, quick=args.quick)
+    cases = bench.build_cases(ref, time_limit=args.time_limit, quick=args.quick,
+                              small_limit=args.small_limit)
     patterns = [p for arg in args.cases for p in arg.split(",") if p]
     cases = bench.select(cases, patterns)
     if not cases:
