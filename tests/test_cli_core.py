@@ -70,3 +70,28 @@ def test_export_takes_the_instance_a_solved_schedule_carries(tmp_path, capsys):
     capsys.readouterr()
     assert main(["export", str(plain), "--format", "executor", "-o", str(tmp_path / "x.json")]) == 2
     assert "--instance: required for this schedule file" in capsys.readouterr().err
+
+
+def test_solve_start_is_a_floor_and_a_bad_start_is_refused(tmp_path, capsys):
+    """``--start``: the answer is never worse than the schedule given, even when the solve has no
+    time to find it (without the start, 0.01 s gives the serial fallback, 7454.88); a start that
+    does not fit the instance is refused before any work, in one line."""
+    default = str(INSTANCES / "default.yaml")
+    start = tmp_path / "zb-h1.json"
+    generate("zb-h1", load_instance(default)).dump(start)
+    args = ["solve", default, "--time-limit", "0.01", "--workers", "1", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["objective_value"] > 7000
+    assert main([*args, "--start", str(start)]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["start"] == {"name": "zb-h1", "value": 1310.49}
+    assert answer["objective_value"] <= 1310.49 and answer["source"] == "hint:zb-h1"
+    assert main(["solve", TEACHING, "--start", str(start)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a schedule of teaching-p4-m8" in err
+    assert main(["solve", default, "--start", str(start), "--fused-backward"]) == 2
+    assert "has split backwards (I, W); --fused-backward needs" in capsys.readouterr().err
+    tight = tmp_path / "tight.yaml"
+    load_instance(default).with_(limit=(5.0,) * 8).dump(tight)
+    assert main(["solve", str(tight), "--start", str(start)]) == 2
+    assert "exceeds the memory limit of" in capsys.readouterr().err

@@ -115,9 +115,8 @@ def schedule_and_instance(path: str, given: str | None):
     own communication where it has any) and the instance it is judged against: the one given,
     else the one it carries. A torch CSV's OVERLAP_F_B cells are overlapped pairs; where the
     instance allows no overlap they run as their two halves, forward first, as torch's runtime
-    runs them without a custom function. Returns (file, instance)."""
+    runs them without a custom function (``as_run_on``). Returns (file, instance)."""
     from zbsolve.export.judge import read_schedule_file
-    from zbsolve.schedule import unpair
 
     inst = load(given) if given is not None else None
     file = read_schedule_file(path, inst)
@@ -125,9 +124,18 @@ def schedule_and_instance(path: str, given: str | None):
         inst = instance_for(None, file.schedule)
         if file.kind == "torch-csv-comms":
             file = read_schedule_file(path, inst)
+    return as_run_on(file, inst), inst
+
+
+def as_run_on(file, inst: Instance):
+    """``file`` as its compute order runs on ``inst``: a torch CSV's OVERLAP_F_B cells are
+    overlapped pairs; where the instance allows no overlap they run as their two halves,
+    forward first, as torch's runtime runs them without a custom function."""
+    from zbsolve.schedule import unpair
+
     if file.kind.startswith("torch-csv") and inst.overlap is None:
         file.schedule = unpair(file.schedule)
-    return file, inst
+    return file
 
 
 # ---------------------------------------------------------------------- outputs

@@ -19,6 +19,7 @@ import time
 from zbsolve.cli import args as types
 from zbsolve.cli.common import (
     add_json,
+    as_run_on,
     fmt_list,
     instance_arg,
     load,
@@ -52,6 +53,11 @@ def register(sub) -> None:
     parser.add_argument("--no-windows", action="store_true",
                         help="devices with several stages: skip the window search that runs "
                              "before CP-SAT for 1/6 of the limit (docs/solver.md)")
+    parser.add_argument("--start", metavar="SCHEDULE",
+                        help="a schedule to start from (an earlier solve, an executor table, a "
+                             "torch pipelining CSV): judged on INSTANCE, and the answer is never "
+                             "worse than it (default: none; the hand-made schedules and the "
+                             "greedy only)")
     parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
                         help="stop at this relative gap to the lower bound (default: 0, prove optimal)")
     parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
@@ -112,6 +118,7 @@ def handle(args) -> int:
         check_output(args.output, inputs=[args.instance], suffixes=(".json",))
     given = with_step(load(args.instance), args)
     inst = given.with_memory_margin(args.memory_margin) if args.memory_margin else given
+    start = read_start(args.start, inst, args.fused_backward) if args.start else None
     limit = args.time_limit
     if not args.deterministic:  # the solve gets what loading and writing leave of the budget
         spent = time.perf_counter() - t0
@@ -123,7 +130,8 @@ def handle(args) -> int:
         deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
         relax=args.relax, windows=not args.no_windows,
     )
-    result = (solve_fused if args.fused_backward else solve)(inst, options)
+    hints = [start[0]] if start else []
+    result = (solve_fused if args.fused_backward else solve)(inst, options, hints)
     sched = result.schedule
     margin = margin_meta(given, inst, args.memory_margin)
     if margin:
@@ -149,10 +157,48 @@ def handle(args) -> int:
                     "memory_unit": inst.memory_unit, "memory_margin": margin or None,
                     "step": inst.step.mode,
                     "fused_backward": args.fused_backward,
+                    "start": start_meta(start, options.objective),
                     "schedules": table})
         return 0
     _print_table(inst, result, table, args.output, margin)
+    if start:
+        begun = start_meta(start, options.objective)
+        print(f"started from {args.start} ({begun['name']}, {options.objective} "
+              f"{begun['value']:.6g}); the answer is never worse than it")
     return 0
+
+
+def read_start(path: str, inst, fused: bool):
+    """``--start``: the schedule file's compute order, judged on ``inst`` by the simulator.
+
+    A start is a hint the solve can only improve on (its pool keeps the best schedule of every
+    phase), so an earlier answer given back with a longer limit is never lost, and a hand-made
+    or torch order the user already runs is a floor. It must be a valid order of ``inst`` that
+    fits its memory: one that does not is refused here, with the reason, before any work."""
+    from zbsolve.export.judge import read_schedule_file
+    from zbsolve.simulate import ScheduleError, simulate
+    from zbsolve.solver.fused import only_fused
+
+    sched = as_run_on(read_schedule_file(path, inst), inst).schedule
+    if fused and not only_fused(sched):
+        raise ValueError(f"--start {path}: has split backwards (I, W); --fused-backward needs "
+                         "every backward one B: give a fused schedule or drop --fused-backward")
+    try:
+        sim = simulate(inst, sched)
+    except ScheduleError as exc:
+        raise ValueError(f"--start {path}: not a schedule of {inst.name}: {exc}") from None
+    if not sim.feasible:
+        raise ValueError(f"--start {path}: exceeds the memory limit of {inst.name}: "
+                         f"{sim.violations[0]}; a start must fit (see zbsolve check)")
+    return sched, sim
+
+
+def start_meta(start, objective: str) -> dict | None:
+    """The ``--start`` schedule's name and value, for the JSON answer (None without one)."""
+    if start is None:
+        return None
+    sched, sim = start
+    return {"name": sched.name, "value": sim.value(objective)}
 
 
 def margin_meta(given, solved, margin: float) -> dict:
