@@ -400,6 +400,12 @@ def test_gap_stops_early_and_is_reported():
     res = solve(inst, SolveOptions(time_limit=20, workers=1, gap=0.1))
     assert "within the requested gap" in res.schedule.meta["solver"]["note"]
     assert res.gap <= 0.1 and res.lower_bound == pytest.approx(res.analytic_bound)
+    # and nothing after it: the memory tie-break, which runs after a proof, is not added to a
+    # solve the caller asked to stop at this gap (it took up to a quarter of the limit)
+    assert res.schedule.meta["solver"]["memory_phase"] == "not run: the requested gap is reached"
+    exact = solve(inst, SolveOptions(time_limit=2, workers=1, deterministic=True))
+    assert exact.status == "optimal" and exact.objective_value == 25  # gap 0: the phase runs
+    assert exact.schedule.meta["solver"]["memory_phase"]["cp_status"] == "OPTIMAL"
 
 
 def test_cli_time_limit_bounds_the_whole_command(tmp_path, capsys):

@@ -59,7 +59,8 @@ def register(sub) -> None:
                              "worse than it (default: none; the hand-made schedules and the "
                              "greedy only)")
     parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
-                        help="stop at this relative gap to the lower bound (default: 0, prove optimal)")
+                        help="stop at this relative gap to the lower bound, without the memory "
+                             "tie-break once it is met (default: 0, prove optimal)")
     parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT workers")
     parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",

@@ -35,7 +35,8 @@ def register(sub) -> None:
                         "e.g. 1,2,4 (default: the instance's); each is a layout of its own")
     parser.add_argument("--time-limit", type=types.seconds, default=60.0, help="seconds per case")
     parser.add_argument("--gap", type=types.nonneg_number, default=0.0,
-                        help="relative gap to stop at (default: 0, prove optimal)")
+                        help="relative gap to stop at, without the memory tie-break once it is "
+                             "met (default: 0, prove optimal)")
     parser.add_argument("--workers", type=types.positive_int, default=2, help="CP-SAT threads per case")
     parser.add_argument("--seed", type=types.seed, default=0, help="CP-SAT random seed (default: 0)")
     parser.add_argument("--objective", choices=("makespan", "span"), default="makespan",

@@ -78,7 +78,7 @@ WINDOWS_SHARE = 1 / 6
 @dataclass
 class SolveOptions:
     time_limit: float = 60.0  # seconds for the whole solve (wall; deterministic: CP-SAT's)
-    gap: float = 0.0  # relative gap at which to stop (CP-SAT relative_gap_limit)
+    gap: float = 0.0  # relative gap at which to stop (CP-SAT's, and no memory phase once met)
     workers: int = 2
     seed: int = 0
     objective: str = "makespan"  # or "span" (longest per-device span: the ZB papers' metric)
@@ -380,7 +380,12 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         if info.get("cp_status") == "OPTIMAL":
             info["proof_time"] = budget.elapsed()
     if options.memory_tiebreak and method == "exact":
-        _memory_phase(inst, options, best, budget, info)
+        if options.gap > 0 and rel_gap(best.best().sim.value(objective),
+                                       max(analytic, cp_bound or -math.inf)) <= options.gap:
+            # the caller asked to stop at this gap, so the tie-break does not add its share
+            info["memory_phase"] = "not run: the requested gap is reached"
+        else:
+            _memory_phase(inst, options, best, budget, info)
 
     chosen = best.best()
     source = _source(best, chosen)
