@@ -60,6 +60,19 @@ def test_stops_at_the_bound():
     assert stats.windows == 0
 
 
+def test_stops_at_the_gap_as_solve_reports_it():
+    """The gap is (value - bound) / value, as every solve reports it: a start at 4.8 % of the
+    bound stops a search asked for 4.9 % (it is 5.04 % of the bound, which it once used)."""
+    inst = small(limit=3.0)
+    start = serial_schedule(inst)
+    value = simulate(inst, start).makespan
+    bound = value * (1 - 0.048)
+    _, _, stats = improve(inst, start, "makespan", 10.0, config=CFG, bound=bound, gap=0.049)
+    assert stats.windows == 0
+    _, _, stats = improve(inst, start, "makespan", 2.0, config=CFG, bound=bound, gap=0.047)
+    assert stats.windows >= 1
+
+
 def test_no_window_is_begun_that_cannot_end_by_the_limit(monkeypatch):
     """Each window here costs 0.4 s of work besides CP-SAT (a stand-in that sleeps): once one
     has been seen, none starts with less than that left, so the search ends by its limit. The

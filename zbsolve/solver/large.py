@@ -52,6 +52,7 @@ from zbsolve.schedule import Schedule, split_backward
 from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
 from zbsolve.solver.bounds import device_lower_bounds, first_head, heads_tails
 from zbsolve.solver.heuristic import OBJECTIVES, GreedyDeadlock, heuristic_schedule
+from zbsolve.solver.progress import rel_gap
 
 TOL = 1e-6
 COPY_KINDS = ("O", "L")  # memory-mode copies: on a copy stream the window model lacks
@@ -523,7 +524,7 @@ def improve(
     walk = 0.0  # wall seconds of the last walk of an incumbent (it is paid again on a change)
     while left() > max(0.05, overhead + finish + (walk if incumbent is None else 0.0)):
         t_window, fresh = time.perf_counter(), incumbent is None
-        if best_true_value <= bound * (1 + gap) + TOL:
+        if best_true_value <= bound + TOL or rel_gap(best_true_value, bound) <= gap:
             break
         if pos >= m:
             stats.passes += 1
