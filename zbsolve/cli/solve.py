@@ -145,6 +145,7 @@ def handle(args) -> int:
         sched.dump(args.output)  # atomic: a full disk leaves the old file, not a cut one
     wall = time.perf_counter() - t0
     table = comparison(result)
+    begun = start_meta(start, options.objective)
     meta = sched.meta
     if args.json:
         print_json({"output": args.output, "status": result.status,
@@ -158,12 +159,11 @@ def handle(args) -> int:
                     "memory_unit": inst.memory_unit, "memory_margin": margin or None,
                     "step": inst.step.mode,
                     "fused_backward": args.fused_backward,
-                    "start": start_meta(start, options.objective),
+                    "start": begun,
                     "schedules": table})
         return 0
     _print_table(inst, result, table, args.output, margin)
-    if start:
-        begun = start_meta(start, options.objective)
+    if begun:
         print(f"started from {args.start} ({begun['name']}, {options.objective} "
               f"{begun['value']:.6g}); the answer is never worse than it")
     return 0

@@ -379,9 +379,9 @@ def solve(inst: Instance, options: SolveOptions | None = None,
             ran, cp_bound = _exact_phases(inst, options, best, budget, progress, info)
         if info.get("cp_status") == "OPTIMAL":
             info["proof_time"] = budget.elapsed()
+    bound = max(analytic, cp_bound if cp_bound is not None else -math.inf)
     if options.memory_tiebreak and method == "exact":
-        if options.gap > 0 and rel_gap(best.best().sim.value(objective),
-                                       max(analytic, cp_bound or -math.inf)) <= options.gap:
+        if options.gap > 0 and rel_gap(best.best().sim.value(objective), bound) <= options.gap:
             # the caller asked to stop at this gap, so the tie-break does not add its share
             info["memory_phase"] = "not run: the requested gap is reached"
         else:
@@ -390,7 +390,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     chosen = best.best()
     source = _source(best, chosen)
     value = chosen.sim.value(objective)
-    lower = min(max(analytic, cp_bound if cp_bound is not None else -math.inf), value)
+    lower = min(bound, value)
     gap = rel_gap(value, lower)
     if gap <= TOL:
         status = "optimal"
