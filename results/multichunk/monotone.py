@@ -33,7 +33,11 @@ def solve(inst_path: Path, objective: str, seconds: float, out: Path, start: Pat
     if start is not None:
         cmd += ["--start", str(start)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    answer = json.loads(done.stdout)
+    try:
+        answer = json.loads(done.stdout)
+    except json.JSONDecodeError:  # killed or crashed: no JSON answer at all
+        raise SystemExit(f"{' '.join(cmd)}: exit {done.returncode}, no answer: "
+                         f"{done.stderr.strip()[-300:]}") from None
     if "error" in answer:
         raise SystemExit(f"{' '.join(cmd)}: {answer['error']}")
     return answer
