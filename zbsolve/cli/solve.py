@@ -53,6 +53,10 @@ def register(sub) -> None:
     parser.add_argument("--no-windows", action="store_true",
                         help="devices with several stages: skip the window search that runs "
                              "before CP-SAT for 1/6 of the limit (docs/solver.md)")
+    parser.add_argument("--no-stretch", action="store_true",
+                        help="devices with several stages and many microbatches: skip "
+                             "solving the model with fewer microbatches (up to 1/2 of the "
+                             "limit) and repeating its steady state (docs/solver.md)")
     parser.add_argument("--start", metavar="SCHEDULE",
                         help="a schedule to start from (an earlier solve, an executor table, a "
                              "torch pipelining CSV): judged on INSTANCE, and the answer is never "
@@ -129,7 +133,7 @@ def handle(args) -> int:
         objective=args.objective, method=args.method, progress=args.progress,
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
         deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
-        relax=args.relax, windows=not args.no_windows,
+        relax=args.relax, windows=not args.no_windows, stretch=not args.no_stretch,
     )
     hints = [start[0]] if start else []
     result = (solve_fused if args.fused_backward else solve)(inst, options, hints)

@@ -5,7 +5,9 @@ call): reject impossible memory limits; bound the optimum (``bounds.analytic_bou
 every hand-made schedule with the simulator, add the caller's hints, the I/W-split forms and
 the greedy list scheduler (the serial schedule when nothing else fits), on overlap instances
 the best few of them given overlapped F&B pairs (``pairing.pair_up``), and take the best one
-as the incumbent (hint, with its pairs, and upper bound); run CP-SAT (or the large-instance method); then a
+as the incumbent (hint, with its pairs, and upper bound); on devices with several stages and
+many microbatches, solve the model with fewer microbatches and offer the repeats of its steady
+state (``stretch``); run CP-SAT (or the large-instance method); then a
 second, short CP-SAT phase that keeps the best step time and minimizes memory. Every phase's
 schedule is re-simulated and the best by ``ranking.rank_key`` (step time, then memory) is kept,
 so the result is never worse than any hint or phase, and every figure reported is the
@@ -73,6 +75,9 @@ RELAX_AT, RELAX_GAP, RELAX_SHARE, BOTTLENECK_SHARE = 0.4, 0.01, 0.25, 0.15
 # for WINDOWS_SHARE of the budget, then CP-SAT starts from its schedule (``_window_phase``;
 # not where one window would hold the whole model).
 WINDOWS_SHARE = 1 / 6
+STRETCH_SHARE = 1 / 2  # of the budget, for the reduced instances' solves (stretch.py)
+STRETCH_FIRST = 2 / 3  # of that share, for the first (smallest) reduced instance
+STRETCH_CANDIDATES = 64  # deterministic mode: stretches simulated (no clock may cut them)
 
 
 @dataclass
@@ -90,6 +95,7 @@ class SolveOptions:
     memory_tiebreak: bool = True  # second CP-SAT phase: least memory at the best step time
     relax: bool = False  # exact method, multi-stage devices: the one-device relaxation phase
     windows: bool = True  # exact method, multi-stage devices: the window search before CP-SAT
+    stretch: bool = True  # multi-stage devices, many microbatches: stretch.reduced_sizes
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -353,12 +359,16 @@ def solve(inst: Instance, options: SolveOptions | None = None,
 
     cp_bound: float | None = None
     ran = False
+    if options.stretch and rel_gap(inc.sim.value(objective), analytic) > within:
+        ran = _stretch_phase(inst, options, best, budget, progress, info, analytic)
+        inc = best.best()
     proven = rel_gap(inc.sim.value(objective), analytic) <= within
     if proven:
         info["proof_time"] = budget.elapsed()
-        info["note"] = ("the hint meets the analytic lower bound: optimal, solver not run"
+        what = "a stretched schedule" if inc.name.startswith("stretch-") else "the hint"
+        info["note"] = (f"{what} meets the analytic lower bound: optimal, solver not run"
                         if rel_gap(inc.sim.value(objective), analytic) <= TOL
-                        else "the hint is within the requested gap: solver not run")
+                        else f"{what} is within the requested gap: solver not run")
     elif budget.cp_left() <= 0:
         info["note"] = "no time left after the hand-made schedules; solver not run"
     elif method == "large":
@@ -367,7 +377,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         sub = dataclasses.replace(options, time_limit=budget.cp_left())
         found, cp_bound = solve_large(inst, sub, [inc.schedule], greedy=False)
         info["large"] = found.meta.get("large") if found is not None else None
-        ran = found is not None
+        ran = ran or found is not None
         if found is not None:
             best.offer(_Candidate(found.name, found, validate(inst, found)), "large")
     else:
@@ -376,7 +386,8 @@ def solve(inst: Instance, options: SolveOptions | None = None,
             info["proof_time"] = budget.elapsed()
             info["note"] = "the window search met the analytic lower bound: CP-SAT not run"
         else:
-            ran, cp_bound = _exact_phases(inst, options, best, budget, progress, info)
+            exact_ran, cp_bound = _exact_phases(inst, options, best, budget, progress, info)
+            ran = ran or exact_ran
         if info.get("cp_status") == "OPTIMAL":
             info["proof_time"] = budget.elapsed()
     bound = max(analytic, cp_bound if cp_bound is not None else -math.inf)
@@ -691,6 +702,81 @@ def _window_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     info["windows"] = {k: v for k, v in stats.as_dict().items() if k != "history"}
     best.offer(_Candidate(sched.name, sched, sim), "windows")
     return rel_gap(best.best().sim.value(options.objective), bound) <= within
+
+
+def _stretch_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
+                   progress: Progress, info: dict[str, Any], bound: float) -> bool:
+    """Solve the instance with fewer microbatches (``stretch.reduced_sizes``, smallest first)
+    within ``STRETCH_SHARE`` of the budget and offer every stretch of each reduced schedule
+    that the simulator accepts (stretch.py); stop once one meets ``bound`` within the gap.
+    True when a reduced solve ran (its CP-SAT time counts as the solver's).
+
+    Why: on devices with several stages and many microbatches the search loses its way in the
+    long steady state, and a reduced instance's schedule already has one (vmin/p8-m32: 207
+    after 120 s without; 203 = the bound, stretched from the proven 83 of p8-m12;
+    docs/solver.md, "Stretching"). The smaller reduced instance is proven sooner; the larger
+    one has a steady state where the smaller has none (V-Half p = 4: 6 microbatches give no
+    block to repeat, 8 give the proven 194 of p4-m32)."""
+    from zbsolve.solver.stretch import reduced_sizes
+
+    sizes = reduced_sizes(inst)
+    total = (STRETCH_SHARE * budget.limit if options.deterministic
+             else budget.share(STRETCH_SHARE))
+    t0, d0 = budget.elapsed(), budget.cp_dtime
+    runs: list[dict[str, Any]] = []
+    for k, m_small in enumerate(sizes):
+        spent = budget.cp_dtime - d0 if options.deterministic else budget.elapsed() - t0
+        seconds = (total - spent) * (1.0 if k == len(sizes) - 1 else STRETCH_FIRST)
+        if seconds <= 1.0:
+            break
+        unit = "deterministic s" if options.deterministic else "s"
+        progress.note(best.best().sim.value(options.objective), bound,
+                      f"stretch: solving {m_small} microbatches for {seconds:.0f} {unit}")
+        runs.append(_stretch_from(inst, m_small, seconds, options, best, budget))
+        if runs[-1]["best"] is not None:
+            progress.note(best.best().sim.value(options.objective), bound,
+                          f"stretched from m={m_small}")
+        if rel_gap(best.best().sim.value(options.objective), bound) <= max(TOL, options.gap):
+            break
+    if runs:
+        info["stretch"] = runs
+    return bool(runs)
+
+
+def _stretch_from(inst: Instance, m_small: int, seconds: float, options: SolveOptions,
+                  best: _Best, budget: Budget) -> dict[str, Any]:
+    """One reduced solve of ``seconds`` and its stretches, offered to the pool."""
+    from zbsolve.solver.stretch import reduced, stretched
+
+    t0 = budget.elapsed()
+    sub = dataclasses.replace(options, time_limit=seconds, progress=False,
+                              memory_tiebreak=False, gap=0.0)
+    small = solve(reduced(inst, m_small), sub)
+    budget.cp_dtime += small.schedule.meta["solver"]["cp_dtime"]
+    stats: dict[str, Any] = {"microbatches": m_small, "reduced_value": small.objective_value,
+                             "reduced_status": small.status, "tried": 0, "valid": 0,
+                             "best": None}
+    # the simulations' own share: wall seconds, or (deterministic) a number of candidates
+    until = budget.elapsed() + max(1.0, 0.025 * budget.limit)
+
+    def stop() -> bool:
+        if options.deterministic:
+            return stats["tried"] >= STRETCH_CANDIDATES
+        return budget.elapsed() > until
+
+    for cand in stretched(inst, small.schedule, stop=stop):
+        stats["tried"] += 1
+        try:
+            sim = validate(inst, cand)
+        except ScheduleError:
+            continue
+        stats["valid"] += 1
+        value = sim.value(options.objective)
+        if stats["best"] is None or value < stats["best"]:
+            stats["best"] = value
+            best.offer(_Candidate(cand.name, cand, sim), "stretch")
+    stats["seconds"] = budget.elapsed() - t0
+    return stats
 
 
 def _max_bound(bounds: list[float | None]) -> float | None:
