@@ -7,6 +7,10 @@ construction (the start is a hint the solve's pool keeps), and the table shows w
 worth against the plain longer run.
 
     python results/multichunk/monotone.py OUT 20 60 random/random-01 vmin/p8-m16 ...
+    python results/multichunk/monotone.py --deterministic OUT 20 60 random/random-01 ...
+
+With ``--deterministic`` every solve gets ``--deterministic``: the limits are CP-SAT's
+deterministic seconds, so the table is the same on any machine and under any load.
 
 Writes OUT/monotone.md and OUT/monotone.csv (and the instances, schedules and JSON answers).
 Every run is the CLI a user types, with 2 workers, seed 0, the case's objective.
@@ -27,11 +31,14 @@ from zbsolve.bench import build_cases, machine_note, select
 ARMS = ("short", "long", "long-from-short")
 
 
-def solve(inst_path: Path, objective: str, seconds: float, out: Path, start: Path | None) -> dict:
+def solve(inst_path: Path, objective: str, seconds: float, out: Path, start: Path | None,
+          deterministic: bool) -> dict:
     cmd = [sys.executable, "-m", "zbsolve", "solve", str(inst_path), "--objective", objective,
            "--time-limit", str(seconds), "--workers", "2", "--seed", "0", "-o", str(out), "--json"]
     if start is not None:
         cmd += ["--start", str(start)]
+    if deterministic:
+        cmd.append("--deterministic")
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     try:
         answer = json.loads(done.stdout)
@@ -44,12 +51,15 @@ def solve(inst_path: Path, objective: str, seconds: float, out: Path, start: Pat
 
 
 def main() -> None:
-    if len(sys.argv) < 5:
-        raise SystemExit("usage: monotone.py OUT SHORT LONG CASE [CASE ...]")
-    out, short, long_ = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-    cases = select(build_cases(time_limit=short), sys.argv[4:])
+    args = sys.argv[1:]
+    deterministic = "--deterministic" in args
+    args = [a for a in args if a != "--deterministic"]
+    if len(args) < 4:
+        raise SystemExit("usage: monotone.py [--deterministic] OUT SHORT LONG CASE [CASE ...]")
+    out, short, long_ = Path(args[0]), float(args[1]), float(args[2])
+    cases = select(build_cases(time_limit=short), args[3:])
     if not cases:
-        raise SystemExit(f"no bench case matches {' '.join(sys.argv[4:])}")
+        raise SystemExit(f"no bench case matches {' '.join(args[3:])}")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -59,14 +69,16 @@ def main() -> None:
         case.inst.dump(inst_path)
         first = out / f"{stem}-short.json"
         answers = {
-            "short": solve(inst_path, case.objective, short, first, None),
-            "long": solve(inst_path, case.objective, long_, out / f"{stem}-long.json", None),
+            "short": solve(inst_path, case.objective, short, first, None, deterministic),
+            "long": solve(inst_path, case.objective, long_, out / f"{stem}-long.json", None,
+                          deterministic),
             "long-from-short": solve(inst_path, case.objective, long_,
-                                     out / f"{stem}-long-from-short.json", first),
+                                     out / f"{stem}-long-from-short.json", first, deterministic),
         }
         (out / f"{stem}.answers.json").write_text(json.dumps(answers, indent=1))
         row = {"case": case.id, "ops": case.ops, "objective": case.objective}
         for arm in ARMS:
+            row[f"{arm}_seconds"] = answers[arm]["command_time"]
             a = answers[arm]
             row[f"{arm}_value"] = a["objective_value"]
             row[f"{arm}_bound"] = a["lower_bound"]
@@ -79,9 +91,12 @@ def main() -> None:
         writer.writerows(rows)
     worse = [r for r in rows if r["long_value"] > r["short_value"] + 1e-9]
     chained_worse = [r for r in rows if r["long-from-short_value"] > r["short_value"] + 1e-9]
-    lines = [f"# {short:g} s against {long_:g} s, and {long_:g} s started from the {short:g}-s answer",
+    unit = "deterministic s" if deterministic else "s"
+    lines = [f"# {short:g} {unit} against {long_:g} {unit}, and {long_:g} {unit} started from "
+             f"the {short:g}-{unit} answer",
              "", f"Started {started}; {machine_note()}; "
-             f"command: `python results/multichunk/monotone.py OUT {' '.join(sys.argv[2:])}`.", "",
+             f"command: `python results/multichunk/monotone.py "
+             f"{'--deterministic ' if deterministic else ''}OUT {' '.join(args[1:])}`.", "",
              f"- Longer limit worse than shorter: **{len(worse)} / {len(rows)}**"
              + (f" ({', '.join(r['case'] for r in worse)})" if worse else ""),
              f"- Longer limit from the shorter answer (`--start`) worse than it: "
