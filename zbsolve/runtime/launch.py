@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import socket
+import sys
 import tempfile
 import traceback
 from datetime import timedelta
@@ -75,9 +76,14 @@ def _init(rank: int, world: int, opts: RunOptions) -> torch.device:
     return device
 
 
-def run_rank(rank: int, world: int, jobs: list[Job], opts: RunOptions) -> list[dict | None]:
-    """Body of one rank (after the environment is set): all jobs in one process group."""
+def run_rank(rank: int, world: int, jobs: list[Job], opts: RunOptions,
+             teardown: bool = True) -> list[dict | None]:
+    """Body of one rank (after the environment is set): all jobs in one process group.
+
+    ``teardown=False`` (spawned ranks, which exit at once) skips ``destroy_process_group``
+    after a successful run: see ``_spawned``."""
     device = _init(rank, world, opts)
+    ok = False
     try:
         ctx = RankContext(rank, world, device, opts)
         reports = [run_job(ctx, job) for job in jobs]
@@ -86,9 +92,11 @@ def run_rank(rank: int, world: int, jobs: list[Job], opts: RunOptions) -> list[d
         dist.barrier()
         if os.environ.get("ZBSOLVE_RUN_DEBUG"):
             print(f"[rank {rank}] all jobs done, leaving the process group", flush=True)
+        ok = True
         return reports
     finally:
-        dist.destroy_process_group()
+        if teardown or not ok:
+            dist.destroy_process_group()
 
 
 def _spawned(rank: int, world: int, jobs: list[Job], opts: RunOptions, port: int,
@@ -96,7 +104,7 @@ def _spawned(rank: int, world: int, jobs: list[Job], opts: RunOptions, port: int
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     try:
-        reports = run_rank(rank, world, jobs, opts)
+        reports = run_rank(rank, world, jobs, opts, teardown=False)
     except BaseException as exc:
         # the parent prints this (torch.multiprocessing shows only the traceback)
         Path(out_dir, f"error-{rank}.txt").write_text(
@@ -104,6 +112,14 @@ def _spawned(rank: int, world: int, jobs: list[Job], opts: RunOptions, port: int
         raise
     if rank == 0:
         Path(out_dir, "reports.json").write_text(json.dumps(reports))
+    # Every rank has passed the last barrier and the reports are written: leave without
+    # tearing gloo down. Its destructors still aborted a rank now and then after that barrier
+    # ("terminate called without an active exception", exit 3: CI on 2026-12-03, after
+    # 72c55d0 had made it rarer), which failed a run whose results were all in. The process
+    # ends here, so the OS closes its sockets.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_jobs(jobs: list[Job], world: int, opts: RunOptions) -> list[dict[str, Any]]:
