@@ -1,4 +1,4 @@
-"""Stretching a schedule of 2p microbatches to m (zbsolve/solver/stretch.py, issue 18)."""
+"""Stretching a schedule of fewer microbatches to m (zbsolve/solver/stretch.py, issue 18)."""
 
 from __future__ import annotations
 
