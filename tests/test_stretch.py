@@ -94,7 +94,7 @@ def test_solve_is_proven_by_a_stretched_schedule():
         "solver"]
 
 
-def test_stretch_applies_only_to_plain_multi_stage_instances_it_can_halve():
+def test_stretch_applies_only_to_plain_multi_stage_instances_with_a_steady_state():
     assert reduced_sizes(unit_v(4, 20, 4)) == [6, 8]
     assert reduced_sizes(unit_v(4, 16, 4)) == [6]  # m >= 2.5 m': copies make up most of it
     assert reduced_sizes(unit_v(4, 14, 4)) == []

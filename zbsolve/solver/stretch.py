@@ -70,11 +70,14 @@ def reduced_sizes(inst: Instance) -> list[int]:
     if not (plain and several):
         return []
     ops = TaskGraph(inst).count()
+    if ops <= MIN_OPS:
+        return []
     per_microbatch = ops / inst.microbatches
+    cap = in_flight(inst)
     p = inst.devices
     return [k for k in sorted({math.ceil(1.5 * p), 2 * p})
-            if ops > MIN_OPS and STRETCH_FACTOR * k <= inst.microbatches
-            and per_microbatch * k <= MAX_REDUCED_OPS and k > in_flight(inst)]
+            if cap < k and STRETCH_FACTOR * k <= inst.microbatches
+            and per_microbatch * k <= MAX_REDUCED_OPS]
 
 
 def in_flight(inst: Instance) -> float:
@@ -197,7 +200,8 @@ def stretched(inst: Instance, small: Schedule,
     if delta <= 0 or small.has_pairs:
         return
     rows = [list(row) for row in small.orders]
-    weights = any(op.kind == Kind.W for row in rows for op in row)
+    bare_rows = [[op for op in row if op.kind != Kind.W] for row in rows]
+    weights = bare_rows != rows
     seen: set[tuple[tuple[Op, ...], ...]] = set()
     for n in range(1, MAX_BLOCK + 1):
         for cut in range(m_small):
@@ -207,8 +211,7 @@ def stretched(inst: Instance, small: Schedule,
             full = [stretch_order(row, delta, cut, n) for row in rows]
             variants.append(("as-is", None if any(r is None for r in full) else full))
             if weights:
-                bare = [stretch_order([op for op in row if op.kind != Kind.W], delta, cut, n)
-                        for row in rows]
+                bare = [stretch_order(row, delta, cut, n) for row in bare_rows]
                 variants.append(("refilled", None if any(r is None for r in bare)
                                  else refill_weight_grads(inst, bare)))
             for variant, orders in variants:
