@@ -218,6 +218,8 @@ def stretched(inst: Instance, small: Schedule,
                 key = None if orders is None else tuple(tuple(r) for r in orders)
                 if key is None or key in seen:
                     continue
+                if stop():  # before each candidate too: a cut can give two
+                    return
                 seen.add(key)
                 yield Schedule(orders, name=f"stretch-m{m_small}-n{n}-c{cut}-{variant}")
 
