@@ -89,6 +89,11 @@ def test_solve_is_proven_by_a_stretched_schedule():
     assert res.schedule.meta["source"].startswith("hint:stretch-m6-")
     assert solver["note"].startswith("a stretched schedule meets the analytic lower bound")
     assert min(ph["value"] for ph in solver["phases"] if ph["phase"] != "stretch") > 109.0
+    assert run["reduced_method"] == "exact"
+    # the reduced instance is solved by the exact model whatever the caller's method
+    large = solve(inst, SolveOptions(**opts, method="large")).schedule.meta["solver"]
+    assert large["method"] == "large" and large["stretch"][0]["reduced_method"] == "exact"
+    assert large["stretch"][0]["best"] == 109.0
     quick = dict(opts, time_limit=0.5)
     assert "stretch" not in solve(inst, SolveOptions(**quick, stretch=False)).schedule.meta[
         "solver"]
