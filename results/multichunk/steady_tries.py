@@ -1,0 +1,130 @@
+"""Two other ways to a steady state, tried and dropped (issue 18, tenth pass; docs/solver.md,
+"Stretching").
+
+    python results/multichunk/steady_tries.py timed vhalf/p8-m32 16 60 vhalf/p8-m32
+    python results/multichunk/steady_tries.py periodic vhalf/p8-m32 12 12 60
+
+``timed``: solve CASE with M' microbatches for SECONDS, then for every cut microbatch c and
+period tau (the busiest device's work per microbatch, + 0, 0.5, 1, 2) give each op of TARGET an
+extrapolated start (the reduced schedule's for microbatches before c, c's plus tau per
+microbatch after it, the reduced schedule's shifted by (m - m') tau beyond), sort each device's
+ops by it, optionally put the W's back with ``stretch.refill_weight_grads``, and simulate with
+the memory limit. Prints the best and why the others were refused.
+
+``periodic``: the full exact model of CASE with start(k, s, j + 1) = start(k, s, j) + tau for
+every microbatch j of the middle (A <= j, j + 1 < m - B), no hint, CP-SAT for SECONDS (2
+workers, seed 0); prints CP-SAT's value and the simulator's value of its orders.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+
+from zbsolve.bench import build_cases, machine_note
+from zbsolve.instance import Instance
+from zbsolve.schedule import Schedule
+from zbsolve.simulate import ScheduleError, simulate, validate
+from zbsolve.solver.api import SolveOptions, solve
+from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
+from zbsolve.solver.model import TimeScale, build_model
+from zbsolve.solver.stretch import reduced, refill_weight_grads
+
+USAGE = ("usage: steady_tries.py timed CASE M' SECONDS TARGET... | "
+         "steady_tries.py periodic CASE A B SECONDS")
+
+
+def timed_stretch(inst: Instance, small_inst: Instance, small: Schedule, cut: int,
+                  tau: float) -> Schedule:
+    """Each device's ops of ``inst`` sorted by their extrapolated start (module docstring)."""
+    sim = simulate(small_inst, small)
+    delta = inst.microbatches - small_inst.microbatches
+    rows = []
+    for row in small.orders:
+        starts: dict[tuple[str, int], dict[int, float]] = {}
+        proto = {}
+        for op in row:
+            starts.setdefault((op.kind, op.stage), {})[op.mb] = sim.start[op]
+            proto.setdefault((op.kind, op.stage), op)
+        keyed = []
+        for cls, t in starts.items():
+            for j in range(inst.microbatches):
+                at = (t[j] if j < cut else t[cut] + (j - cut) * tau if j <= cut + delta
+                      else t[j - delta] + delta * tau)
+                keyed.append((at, j, proto[cls]._replace(mb=j)))
+        rows.append([op for _, _, op in sorted(keyed)])
+    return Schedule(rows, name=f"timed-c{cut}-t{tau:g}")
+
+
+def timed(case_id: str, m_small: int, seconds: float, targets: list[str]) -> None:
+    cases = {c.id: c for c in build_cases()}
+    case = cases[case_id]
+    small_inst = reduced(case.inst, m_small)
+    small = solve(small_inst, SolveOptions(time_limit=seconds, workers=2, seed=0,
+                                           objective=case.objective))
+    print(f"{case_id} with m' = {m_small}: {small.status} {small.objective_value:g} / "
+          f"{small.lower_bound:g}", flush=True)
+    work = max(small_inst.device_work(d) for d in range(small_inst.devices)) / m_small
+    for target in targets:
+        inst, best, refused = cases[target].inst, None, Counter()
+        for tau in (work, work + 0.5, work + 1, work + 2):
+            for cut in range(m_small):
+                sched = timed_stretch(inst, small_inst, small.schedule, cut, tau)
+                bare = [[op for op in row if op.kind != "W"] for row in sched.orders]
+                refilled = refill_weight_grads(inst, bare)
+                for cand in (sched, None if refilled is None else Schedule(refilled)):
+                    if cand is None:
+                        refused["deadlock"] += 1
+                        continue
+                    try:
+                        value = validate(inst, cand).value(case.objective)
+                    except ScheduleError as e:
+                        refused[str(e).split(":")[0]] += 1
+                        continue
+                    if best is None or value < best[0]:
+                        best = (value, cut, tau)
+        print(f"  {target}: best {best} (value, cut, tau); refused: {dict(refused)}",
+              flush=True)
+
+
+def periodic(case_id: str, a: int, b: int, seconds: float) -> None:
+    inst = {c.id: c for c in build_cases()}[case_id].inst
+    m, scale = inst.microbatches, TimeScale.choose(inst)
+    sm = build_model(inst, "span", scale=scale)
+    tau = max(round(scale.t(inst.device_work(d)) / m) for d in range(inst.devices))
+    tied = 0
+    for op, var in sm.start.items():
+        nxt = op._replace(mb=op.mb + 1)
+        if a <= op.mb and op.mb + 1 < m - b and nxt in sm.start:
+            sm.model.Add(sm.start[nxt] == var + tau)
+            tied += 1
+    solver = new_solver(seconds, workers=2, seed=0, extra=EXACT_MODEL_PARAMS)
+    code = solver.solve(sm.model)
+    found = code in (2, 4)  # FEASIBLE, OPTIMAL
+    value = validate(inst, Schedule(sm.entries(solver))).value("span") if found else None
+    print(f"{case_id}, {tied} equalities (tau = {tau} model units): "
+          f"{solver.status_name(code)}, CP-SAT "
+          f"{solver.objective_value / scale.time if found else None}, simulated {value}")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    try:
+        if args[0] == "timed" and len(args) >= 5:
+            what = lambda: timed(args[1], int(args[2]), float(args[3]), args[4:])  # noqa: E731
+        elif args[0] == "periodic" and len(args) == 5:
+            what = lambda: periodic(args[1], int(args[2]), int(args[3]),  # noqa: E731
+                                    float(args[4]))
+        else:
+            raise ValueError
+    except (IndexError, ValueError):
+        sys.exit(USAGE)
+    print(f"# python results/multichunk/steady_tries.py {' '.join(args)}\n"
+          f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_note()}",
+          flush=True)
+    what()
+
+
+if __name__ == "__main__":
+    main()
