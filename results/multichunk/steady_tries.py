@@ -3,6 +3,7 @@
 
     python results/multichunk/steady_tries.py timed vhalf/p8-m32 16 60 vhalf/p8-m32
     python results/multichunk/steady_tries.py periodic vhalf/p8-m32 12 12 60
+    python results/multichunk/steady_tries.py shrink vhalf/p16-m64 2
 
 ``timed``: solve CASE with M' microbatches for SECONDS, then for every cut microbatch c and
 period tau (the busiest device's work per microbatch, + 0, 0.5, 1, 2) give each op of TARGET an
@@ -14,6 +15,12 @@ the memory limit. Prints the best and why the others were refused.
 ``periodic``: the full exact model of CASE with start(k, s, j + 1) = start(k, s, j) + tau for
 every microbatch j of the middle (A <= j, j + 1 < m - B), no hint, CP-SAT for SECONDS (2
 workers, seed 0); prints CP-SAT's value and the simulator's value of its orders.
+
+``shrink``: the greedy (``heuristic_schedule``, 30 s) on CASE with FACTOR x m microbatches, whose
+steady state is longer, then every cut c: drop microbatches c .. c + (FACTOR - 1) m - 1 from each
+device's order and renumber the rest; prints the best the simulator accepts against the greedy
+on CASE itself (the stretch backwards: on V-Half p = 16 the greedy's overhead over the work falls
+from 35 at m = 32 to 21 at m = 128).
 """
 
 from __future__ import annotations
@@ -28,11 +35,12 @@ from zbsolve.schedule import Schedule
 from zbsolve.simulate import ScheduleError, simulate, validate
 from zbsolve.solver.api import SolveOptions, solve
 from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
+from zbsolve.solver.heuristic import heuristic_schedule
 from zbsolve.solver.model import TimeScale, build_model
 from zbsolve.solver.stretch import reduced, refill_weight_grads
 
 USAGE = ("usage: steady_tries.py timed CASE M' SECONDS TARGET... | "
-         "steady_tries.py periodic CASE A B SECONDS")
+         "steady_tries.py periodic CASE A B SECONDS | steady_tries.py shrink CASE FACTOR...")
 
 
 def timed_stretch(inst: Instance, small_inst: Instance, small: Schedule, cut: int,
@@ -108,11 +116,35 @@ def periodic(case_id: str, a: int, b: int, seconds: float) -> None:
           f"{solver.objective_value / scale.time if found else None}, simulated {value}")
 
 
+def shrink(case_id: str, factors: list[float]) -> None:
+    case = {c.id: c for c in build_cases()}[case_id]
+    inst, m = case.inst, case.inst.microbatches
+    own = heuristic_schedule(inst, case.objective, time_limit=30)[1].value(case.objective)
+    print(f"{case_id}: greedy {own:g}", flush=True)
+    for factor in factors:
+        big, sim = heuristic_schedule(reduced(inst, round(factor * m)), case.objective,
+                                      time_limit=30)
+        delta, best, refused = round(factor * m) - m, None, 0
+        for cut in range(m + 1):
+            rows = [[op if op.mb < cut else op._replace(mb=op.mb - delta)
+                     for op in row if not cut <= op.mb < cut + delta] for row in big.orders]
+            try:
+                value = validate(inst, Schedule(rows)).value(case.objective)
+            except ScheduleError:
+                refused += 1
+                continue
+            best = value if best is None else min(best, value)
+        print(f"  from m = {round(factor * m)} (greedy {sim.value(case.objective):g}): best "
+              f"shrink {best}, {refused} refused", flush=True)
+
+
 def main() -> None:
     args = sys.argv[1:]
     try:
         if args[0] == "timed" and len(args) >= 5:
             what = lambda: timed(args[1], int(args[2]), float(args[3]), args[4:])  # noqa: E731
+        elif args[0] == "shrink" and len(args) >= 3:
+            what = lambda: shrink(args[1], [float(x) for x in args[2:]])  # noqa: E731
         elif args[0] == "periodic" and len(args) == 5:
             what = lambda: periodic(args[1], int(args[2]), int(args[3]),  # noqa: E731
                                     float(args[4]))
