@@ -27,6 +27,8 @@ def main() -> None:
         case_id, m_small, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     except (IndexError, ValueError):
         sys.exit(USAGE)
+    if m_small < 1 or seconds <= 0:
+        sys.exit(f"{USAGE}: M' must be >= 1 and SECONDS > 0")
     cases = {c.id: c for c in build_cases()}
     unknown = [k for k in [case_id, *sys.argv[4:]] if k not in cases]
     if unknown or len(sys.argv) < 5:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from functools import partial
 
 from zbsolve.bench import build_cases, machine_note
 from zbsolve.instance import Instance
@@ -140,18 +141,32 @@ def shrink(case_id: str, factors: list[float]) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
-    try:
+    try:  # every argument is parsed here, so a bad one gives the usage line, not a traceback
         if args[0] == "timed" and len(args) >= 5:
-            what = lambda: timed(args[1], int(args[2]), float(args[3]), args[4:])  # noqa: E731
+            m_small, seconds = int(args[2]), float(args[3])
+            ok = m_small >= 1 and seconds > 0
+            what = partial(timed, args[1], m_small, seconds, args[4:])
+            named = [args[1], *args[4:]]
         elif args[0] == "shrink" and len(args) >= 3:
-            what = lambda: shrink(args[1], [float(x) for x in args[2:]])  # noqa: E731
+            factors = [float(x) for x in args[2:]]
+            ok = all(f > 1 for f in factors)
+            what = partial(shrink, args[1], factors)
+            named = [args[1]]
         elif args[0] == "periodic" and len(args) == 5:
-            what = lambda: periodic(args[1], int(args[2]), int(args[3]),  # noqa: E731
-                                    float(args[4]))
+            a, b, seconds = int(args[2]), int(args[3]), float(args[4])
+            ok = a >= 0 and b >= 0 and seconds > 0
+            what = partial(periodic, args[1], a, b, seconds)
+            named = [args[1]]
         else:
             raise ValueError
+        if not ok:
+            sys.exit(f"{USAGE}: M' >= 1, SECONDS > 0, A and B >= 0, FACTOR > 1")
     except (IndexError, ValueError):
         sys.exit(USAGE)
+    known = {c.id for c in build_cases()}
+    unknown = [k for k in named if k not in known]
+    if unknown:
+        sys.exit(f"{USAGE}: unknown case {' '.join(unknown)} (see zbsolve bench --list)")
     print(f"# python results/multichunk/steady_tries.py {' '.join(args)}\n"
           f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_note()}",
           flush=True)
