@@ -50,6 +50,11 @@ def register(sub) -> None:
                         help="devices with several stages: if the gap is above 1%% at 40%% of the "
                              "limit, solve one-device relaxations for a stronger bound and the "
                              "bottleneck's order (docs/solver.md)")
+    parser.add_argument("--bound-search", action="store_true",
+                        help="exact method: CP-SAT's full-problem worker searches the lower bound "
+                             "(lb_tree_search) instead of schedules; proves small memory-tight V "
+                             "instances the default does not, searches worse on others "
+                             "(docs/solver.md)")
     parser.add_argument("--no-windows", action="store_true",
                         help="devices with several stages: skip the window search that runs "
                              "before CP-SAT for 1/6 of the limit (docs/solver.md)")
@@ -134,6 +139,7 @@ def handle(args) -> int:
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
         deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
         relax=args.relax, windows=not args.no_windows, stretch=not args.no_stretch,
+        bound_search=args.bound_search,
     )
     hints = [start[0]] if start else []
     result = (solve_fused if args.fused_backward else solve)(inst, options, hints)

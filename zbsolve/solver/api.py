@@ -96,6 +96,9 @@ class SolveOptions:
     relax: bool = False  # exact method, multi-stage devices: the one-device relaxation phase
     windows: bool = True  # exact method, multi-stage devices: the window search before CP-SAT
     stretch: bool = True  # multi-stage devices, many microbatches: stretch.reduced_sizes
+    # exact method: CP-SAT's full-problem worker searches the lower bound (lb_tree_search;
+    # cpsat.BOUND_SEARCH_PARAMS), for proofs the default search does not reach
+    bound_search: bool = False
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -109,6 +112,11 @@ class SolveOptions:
             raise ValueError(f"workers: expected an integer >= 1, got {self.workers!r}")
         if not (isinstance(self.seed, int) and 0 <= self.seed < 2**31):
             raise ValueError(f"seed: expected an integer in [0, 2**31), got {self.seed!r}")
+        if self.bound_search and self.deterministic:
+            # CP-SAT's deterministic (interleaved) search leaves lb_tree_search out: the flag
+            # would do nothing there, so say so rather than run without it
+            raise ValueError("bound_search: CP-SAT runs its bound search only in wall-clock "
+                             "mode; drop --deterministic or --bound-search")
         for name, allowed in (("objective", OBJECTIVES), ("method", METHODS),
                               ("memory_model", MEMORY_MODELS)):
             if getattr(self, name) not in allowed:
@@ -375,6 +383,8 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         from zbsolve.solver.large import solve_large
 
         sub = dataclasses.replace(options, time_limit=budget.cp_left())
+        if options.bound_search:
+            info["bound_search"] = "not used: the large method runs no whole-model CP-SAT"
         found, cp_bound = solve_large(inst, sub, [inc.schedule], greedy=False)
         info["large"] = found.meta.get("large") if found is not None else None
         ran = ran or found is not None
@@ -523,16 +533,19 @@ def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool,
 
 
 def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=None,
-         bound_callback=None, checkpoint: tuple[float, Callable[[], bool]] | None = None):
+         bound_callback=None, checkpoint: tuple[float, Callable[[], bool]] | None = None,
+         bound_search: bool = False):
     """Solve a built model for ``seconds`` of the budget; returns (solver, status code).
 
     ``checkpoint`` = (wall seconds, predicate): at that moment the search stops if the
-    predicate holds (the relaxation phase then takes over, ``_solve_exact``)."""
-    from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
+    predicate holds (the relaxation phase then takes over, ``_solve_exact``).
+    ``bound_search``: the full-problem worker searches the lower bound (``BOUND_SEARCH_PARAMS``)."""
+    from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS, EXACT_MODEL_PARAMS, new_solver
 
+    search = BOUND_SEARCH_PARAMS if bound_search else {}
     solver = new_solver(seconds, workers=options.workers, seed=options.seed,
                         deterministic=options.deterministic, gap=options.gap,
-                        extra={**EXACT_MODEL_PARAMS, **options.cp_params})
+                        extra={**EXACT_MODEL_PARAMS, **search, **options.cp_params})
     if bound_callback is not None:
         solver.best_bound_callback = bound_callback
     timer = None
@@ -589,10 +602,13 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
         return stopped[0]
 
     at = None if checkpoint is None else (checkpoint, stop)
-    solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at)
+    bound_search = options.bound_search and not order  # a kept order is for search
+    solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at,
+                        bound_search=bound_search)
     info.setdefault("cp_runs", []).append({
         "phase": label, "status": solver.status_name(code), "wall": solver.wall_time,
-        "dtime": solver.deterministic_time, "stopped_for_relaxation": stopped[0]})
+        "dtime": solver.deterministic_time, "stopped_for_relaxation": stopped[0],
+        "bound_search": bound_search})
     if not order:  # a run with a kept order proves nothing about the instance
         info.update(cp_status=solver.status_name(code), cp_wall=solver.wall_time,
                     cp_dtime=solver.deterministic_time)
@@ -752,9 +768,10 @@ def _stretch_from(inst: Instance, m_small: int, seconds: float, options: SolveOp
     # the exact model whatever the caller's method: a reduced instance has at most
     # stretch.MAX_REDUCED_OPS ops, and a stretch is only as good as its schedule (with the
     # large method, vmin/p8-m64 at 120 s: m' = 12 gave 95 against the exact model's proven 83,
-    # and the solve ended at 409 against the proven 395)
+    # and the solve ended at 409 against the proven 395); and the default search, which the
+    # reduced schedule is for, not --bound-search's
     sub = dataclasses.replace(options, time_limit=seconds, progress=False,
-                              memory_tiebreak=False, gap=0.0, method="exact")
+                              memory_tiebreak=False, gap=0.0, method="exact", bound_search=False)
     small = solve(reduced(inst, m_small), sub)
     budget.cp_dtime += small.schedule.meta["solver"]["cp_dtime"]
     stats: dict[str, Any] = {"microbatches": m_small, "reduced_value": small.objective_value,

@@ -1,0 +1,79 @@
+"""``--bound-search``: the exact run's full-problem worker searches the lower bound.
+
+The instance is ZB-V's 6.2B times at p = 2, m = 6 (limit 2p): its optimum is the published ZB-V
+span, 472.81, and the default search leaves the bound at the analytic 464.86 for minutes
+(results/multichunk/README.md, "Eleventh pass"), while the bound search proves it in about a
+second. Only the first test solves; the others check the wiring and the refusals.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_stretch import unit_v
+
+from zbsolve.cli import main
+from zbsolve.instance import load_instance
+from zbsolve.solver import SolveOptions, cpsat, solve
+
+
+def _zbv_p2_m6():
+    return load_instance({
+        "name": "zbv-6.2b-times-p2-m6", "devices": 2, "microbatches": 6, "chunks": 2,
+        "placement": "v", "times": {"F": 14.41, "I": 14.38, "W": 9.68}, "comm": 1.61,
+        "memory": {"activation": 1, "weight": 0.432, "limit": 4}})
+
+
+def test_bound_search_proves_what_the_default_search_does_not():
+    res = solve(_zbv_p2_m6(), SolveOptions(time_limit=30, workers=2, seed=0, objective="span",
+                                           bound_search=True, memory_tiebreak=False))
+    assert res.status == "optimal"
+    assert res.objective_value == pytest.approx(472.81)
+    assert res.lower_bound == pytest.approx(472.81)
+    assert res.analytic_bound == pytest.approx(464.86)  # so the proof is CP-SAT's
+    runs = res.schedule.meta["solver"]["cp_runs"]
+    assert [r["bound_search"] for r in runs] == [True]
+
+
+def _spy(monkeypatch) -> list[list[str]]:
+    """The subsolvers of every CpSolver the solve makes, in order."""
+    seen: list[list[str]] = []
+    keep = cpsat.new_solver
+
+    def spy(*a, **k):
+        solver = keep(*a, **k)
+        seen.append(list(solver.parameters.subsolvers))
+        return solver
+    monkeypatch.setattr(cpsat, "new_solver", spy)
+    return seen
+
+
+def test_only_the_exact_run_gets_it(monkeypatch):
+    seen = _spy(monkeypatch)
+    inst = load_instance({
+        "name": "p", "devices": 2, "microbatches": 4, "chunks": 2, "placement": "v",
+        "times": {"F": [2, 3, 2, 3], "I": [3, 3, 2, 4], "W": [1, 2, 1, 2]}, "comm": 1,
+        "memory": {"activation": 1.0, "weight": 0.5, "limit": 3.0}})
+    res = solve(inst, SolveOptions(time_limit=10, workers=1, seed=0, windows=False,
+                                   bound_search=True))
+    assert res.status == "optimal"
+    # the exact run, then the memory tie-break, which searches schedules as before
+    assert seen == [["lb_tree_search"], []]
+
+
+def test_the_stretch_phase_keeps_the_default_search(monkeypatch):
+    # the stretch of the reduced (6-microbatch) schedule meets the bound here, so every CP-SAT
+    # run of this solve is a reduced solve: it wants schedules, not the bound
+    seen = _spy(monkeypatch)
+    res = solve(unit_v(3, 18, 5), SolveOptions(time_limit=20, workers=1, seed=0, objective="span",
+                                               memory_tiebreak=False, bound_search=True))
+    assert res.schedule.meta["solver"]["stretch"]
+    assert seen and all(s == [] for s in seen)
+
+
+def test_deterministic_mode_refuses_it(capsys):
+    with pytest.raises(ValueError, match="bound_search"):
+        SolveOptions(deterministic=True, bound_search=True).check()
+    code = main(["solve", "--bound-search", "--deterministic", "--json",
+                 "zbsolve/data/instances/default.yaml"])
+    assert code == 2
+    assert "drop --deterministic or --bound-search" in capsys.readouterr().out
