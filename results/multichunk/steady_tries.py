@@ -30,7 +30,9 @@ import time
 from collections import Counter
 from functools import partial
 
-from zbsolve.bench import build_cases, machine_note
+from ortools.sat.python import cp_model
+
+from zbsolve.bench import Case, build_cases, machine_note
 from zbsolve.instance import Instance
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import ScheduleError, simulate, validate
@@ -66,8 +68,8 @@ def timed_stretch(inst: Instance, small_inst: Instance, small: Schedule, cut: in
     return Schedule(rows, name=f"timed-c{cut}-t{tau:g}")
 
 
-def timed(case_id: str, m_small: int, seconds: float, targets: list[str]) -> None:
-    cases = {c.id: c for c in build_cases()}
+def timed(case_id: str, m_small: int, seconds: float, targets: list[str],
+          cases: dict[str, Case]) -> None:
     case = cases[case_id]
     small_inst = reduced(case.inst, m_small)
     small = solve(small_inst, SolveOptions(time_limit=seconds, workers=2, seed=0,
@@ -97,8 +99,8 @@ def timed(case_id: str, m_small: int, seconds: float, targets: list[str]) -> Non
               flush=True)
 
 
-def periodic(case_id: str, a: int, b: int, seconds: float) -> None:
-    inst = {c.id: c for c in build_cases()}[case_id].inst
+def periodic(case_id: str, a: int, b: int, seconds: float, cases: dict[str, Case]) -> None:
+    inst = cases[case_id].inst
     m, scale = inst.microbatches, TimeScale.choose(inst)
     sm = build_model(inst, "span", scale=scale)
     tau = max(round(scale.t(inst.device_work(d)) / m) for d in range(inst.devices))
@@ -110,15 +112,15 @@ def periodic(case_id: str, a: int, b: int, seconds: float) -> None:
             tied += 1
     solver = new_solver(seconds, workers=2, seed=0, extra=EXACT_MODEL_PARAMS)
     code = solver.solve(sm.model)
-    found = code in (2, 4)  # FEASIBLE, OPTIMAL
+    found = code in (cp_model.FEASIBLE, cp_model.OPTIMAL)
     value = validate(inst, Schedule(sm.entries(solver))).value("span") if found else None
     print(f"{case_id}, {tied} equalities (tau = {tau} model units): "
           f"{solver.status_name(code)}, CP-SAT "
           f"{solver.objective_value / scale.time if found else None}, simulated {value}")
 
 
-def shrink(case_id: str, factors: list[float]) -> None:
-    case = {c.id: c for c in build_cases()}[case_id]
+def shrink(case_id: str, factors: list[float], cases: dict[str, Case]) -> None:
+    case = cases[case_id]
     inst, m = case.inst, case.inst.microbatches
     own = heuristic_schedule(inst, case.objective, time_limit=30)[1].value(case.objective)
     print(f"{case_id}: greedy {own:g}", flush=True)
@@ -163,14 +165,14 @@ def main() -> None:
             sys.exit(f"{USAGE}: M' >= 1, SECONDS > 0, A and B >= 0, FACTOR > 1")
     except (IndexError, ValueError):
         sys.exit(USAGE)
-    known = {c.id for c in build_cases()}
-    unknown = [k for k in named if k not in known]
+    cases = {c.id: c for c in build_cases()}  # once: each mode takes its cases from here
+    unknown = [k for k in named if k not in cases]
     if unknown:
         sys.exit(f"{USAGE}: unknown case {' '.join(unknown)} (see zbsolve bench --list)")
     print(f"# python results/multichunk/steady_tries.py {' '.join(args)}\n"
           f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_note()}",
           flush=True)
-    what()
+    what(cases)  # the mode's own arguments were bound above; the cases come last
 
 
 if __name__ == "__main__":
