@@ -55,6 +55,10 @@ def register(sub) -> None:
                              "(lb_tree_search) instead of schedules; proves small memory-tight V "
                              "instances the default does not, searches worse on others "
                              "(docs/solver.md)")
+    parser.add_argument("--no-bound-switch", action="store_true",
+                        help="exact method, devices with several stages, <= 800 ops: do not hand "
+                             "the search to the bound search when its bound has not left the "
+                             "analytic one by 1/4 of the limit (docs/solver.md)")
     parser.add_argument("--no-windows", action="store_true",
                         help="devices with several stages: skip the window search that runs "
                              "before CP-SAT for 1/6 of the limit (docs/solver.md)")
@@ -139,7 +143,7 @@ def handle(args) -> int:
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
         deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
         relax=args.relax, windows=not args.no_windows, stretch=not args.no_stretch,
-        bound_search=args.bound_search,
+        bound_search=args.bound_search, bound_switch=not args.no_bound_switch,
     )
     hints = [start[0]] if start else []
     result = (solve_fused if args.fused_backward else solve)(inst, options, hints)

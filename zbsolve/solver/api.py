@@ -78,6 +78,10 @@ WINDOWS_SHARE = 1 / 6
 STRETCH_SHARE = 1 / 2  # of the budget, for the reduced instances' solves (stretch.py)
 STRETCH_FIRST = 2 / 3  # of that share, for the first (smallest) reduced instance
 STRETCH_CANDIDATES = 64  # deterministic mode: stretches simulated (no clock may cut them)
+# Devices with several stages, exact method, wall clock, at most SWITCH_MAX_OPS ops: a CP-SAT
+# run whose bound has not left the analytic one and whose gap is above RELAX_GAP at SWITCH_AT
+# of the budget gives the rest to a run with the bound search (``_exact_phases``).
+SWITCH_AT, SWITCH_MAX_OPS, STUCK_TOL = 0.25, 800, 1e-6
 
 
 @dataclass
@@ -99,6 +103,9 @@ class SolveOptions:
     # exact method: CP-SAT's full-problem worker searches the lower bound (lb_tree_search;
     # cpsat.BOUND_SEARCH_PARAMS), for proofs the default search does not reach
     bound_search: bool = False
+    # exact method, multi-stage devices, <= SWITCH_MAX_OPS ops: a search whose bound is stuck
+    # at the analytic one at SWITCH_AT of the limit goes on with the bound search
+    bound_switch: bool = True
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -566,8 +573,8 @@ def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=Non
 @dataclass
 class _Exact:
     """What one exact CP-SAT run gave: its schedule (or None), its valid bound in instance
-    units (or None), its raw bound in model units, and whether it was stopped at the
-    checkpoint for the relaxation phase."""
+    units (or None), its raw bound in model units, and whether it was stopped at its
+    checkpoint (for the relaxation phase or the bound switch)."""
 
     schedule: Schedule | None
     bound: float | None
@@ -576,13 +583,26 @@ class _Exact:
     stopped: bool
 
 
+def _far(progress: Progress) -> bool:
+    """The relaxation phase's test at its checkpoint: CP-SAT's gap is still above RELAX_GAP."""
+    return bool(progress.history) and rel_gap(*progress.history[-1][1:]) > RELAX_GAP
+
+
+def _stuck(progress: Progress) -> bool:
+    """The bound switch's test: far (``_far``), and CP-SAT's bound has not left the analytic
+    one (``Progress.floor``). A bound that moves is a search that may still prove."""
+    return _far(progress) and progress.history[-1][2] <= progress.floor * (1 + STUCK_TOL)
+
+
 def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget: Budget,
                  progress: Progress, info: dict[str, Any], scale: TimeScale, *,
                  seconds: float, lower: int = 0, order: Sequence[Sequence[Op]] = (),
-                 checkpoint: float | None = None, label: str = "exact") -> _Exact:
+                 checkpoint: tuple[float, Callable[[Progress], bool]] | None = None,
+                 bound_search: bool | None = None, label: str = "exact") -> _Exact:
     """One monolithic CP-SAT run hinted with the incumbent (``order``: device orders it must
-    keep; ``lower``: a bound proven elsewhere, model units). With ``checkpoint`` (wall seconds)
-    the run stops there if its gap is still above ``RELAX_GAP``."""
+    keep; ``lower``: a bound proven elsewhere, model units). With ``checkpoint`` = (wall
+    seconds, test) the run stops there if the test holds (``_far``, ``_stuck``).
+    ``bound_search``: None follows ``options.bound_search``."""
     from ortools.sat.python import cp_model
 
     si = scaled_instance(inst, scale)
@@ -597,17 +617,18 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
     stopped = [False]
 
     def stop() -> bool:
-        if progress.history and rel_gap(*progress.history[-1][1:]) > RELAX_GAP:
-            stopped[0] = True
+        stopped[0] = checkpoint is not None and checkpoint[1](progress)
         return stopped[0]
 
-    at = None if checkpoint is None else (checkpoint, stop)
-    bound_search = options.bound_search and not order  # a kept order is for search
+    at = None if checkpoint is None else (checkpoint[0], stop)
+    if bound_search is None:
+        bound_search = options.bound_search
+    bound_search = bound_search and not order  # a kept order is for search
     solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at,
                         bound_search=bound_search)
     info.setdefault("cp_runs", []).append({
         "phase": label, "status": solver.status_name(code), "wall": solver.wall_time,
-        "dtime": solver.deterministic_time, "stopped_for_relaxation": stopped[0],
+        "dtime": solver.deterministic_time, "stopped": stopped[0],
         "bound_search": bound_search})
     if not order:  # a run with a kept order proves nothing about the instance
         info.update(cp_status=solver.status_name(code), cp_wall=solver.wall_time,
@@ -645,6 +666,7 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     relax = bool(options.relax and options.symmetry and relaxation.candidates(inst)
                  and relaxation.applies(inst) is None)
     deterministic = options.deterministic
+    switch = not relax and _switches(inst, options, info["ops"])
     first = budget.cp_left()
     checkpoint = None
     if relax:
@@ -652,7 +674,9 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
         if deterministic:
             first = min(first, max(0.0, RELAX_AT * budget.limit - budget.cp_dtime))
         elif at < first:
-            checkpoint = at
+            checkpoint = (at, _far)
+    elif switch and SWITCH_AT * budget.limit - budget.elapsed() < first:
+        checkpoint = (SWITCH_AT * budget.limit - budget.elapsed(), _stuck)
     res = _Exact(None, None, 0, False, False)
     if first > 0:  # (deterministic, RELAX_AT = 0: straight to the relaxations)
         res = _solve_exact(inst, options, best.best(), budget, progress, info, scale,
@@ -660,6 +684,14 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
         _offer_exact(inst, best, res, info, "exact")
     bounds = [res.bound]
     ran = res.schedule is not None
+    if switch and res.stopped and budget.cp_left() > 0:
+        progress.note(best.best().sim.value(options.objective), _max_bound(bounds) or 0.0,
+                      "bound stuck: bound search")
+        res = _solve_exact(inst, options, best.best(), budget, progress, info, scale,
+                           seconds=budget.cp_left(), lower=res.raw_bound, bound_search=True,
+                           label="bound-search")
+        _offer_exact(inst, best, res, info, "bound-search")
+        return ran or res.schedule is not None, _max_bound([*bounds, res.bound])
     go_on = relax and not res.optimal and (res.stopped or deterministic)
     if not go_on or budget.cp_left() <= 0:
         return ran, _max_bound(bounds)
@@ -682,6 +714,22 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
         bounds.append(res.bound)
         ran = ran or res.schedule is not None
     return ran, _max_bound(bounds)
+
+
+def _switches(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
+    """Whether the exact run may give way to the bound search (``SolveOptions.bound_switch``):
+    devices with several stages, at most SWITCH_MAX_OPS ops, wall clock (CP-SAT's interleaved
+    deterministic search leaves ``lb_tree_search`` out) and not already the bound search.
+
+    Why (docs/solver.md, "Bound search"): on such instances the default search's bound often
+    stays at the analytic one for the whole limit (ZB-V's 6.2B times at p = 4, m = 8: 625.18
+    after 120 s) where the bound search proves the optimum (663.11 in 33 s); but from the
+    start it searches schedules worse on others (random-25: 532 against 513), so it takes
+    over only a search whose bound has not moved by SWITCH_AT of the limit, from the best
+    schedule so far."""
+    return (options.bound_switch and not options.bound_search and not options.deterministic
+            and n_ops <= SWITCH_MAX_OPS
+            and any(len(inst.stages_of(d)) > 1 for d in range(inst.devices)))
 
 
 def _window_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
