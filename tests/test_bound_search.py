@@ -1,4 +1,5 @@
-"""``--bound-search``: the exact run's full-problem worker searches the lower bound.
+"""``--bound-search``: the exact run's full-problem worker searches the lower bound; and the
+bound switch (on by default): a run whose bound is stuck at the analytic one gives way to it.
 
 The instance is ZB-V's 6.2B times at p = 2, m = 6 (limit 2p): its optimum is the published ZB-V
 span, 472.81, and the default search leaves the bound at the analytic 464.86 for minutes
@@ -8,12 +9,15 @@ second. Only the first test solves; the others check the wiring and the refusals
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_stretch import unit_v
 
 from zbsolve.cli import main
 from zbsolve.instance import load_instance
-from zbsolve.solver import SolveOptions, cpsat, solve
+from zbsolve.solver import SolveOptions, api, cpsat, solve
+from zbsolve.solver.progress import Progress
 
 
 def _zbv_p2_m6():
@@ -80,3 +84,55 @@ def test_deterministic_mode_refuses_it(capsys):
                  "zbsolve/data/instances/default.yaml"])
     assert code == 2
     assert "drop --deterministic or --bound-search" in capsys.readouterr().out
+
+
+def test_the_switch_proves_it_by_default():
+    # 12 s: the exact run is stopped at a quarter of the limit with its bound at 464.86, and
+    # the bound search proves the optimum from the best schedule; without the switch the
+    # same solve ends at the analytic bound
+    inst = _zbv_p2_m6()
+    res = solve(inst, SolveOptions(time_limit=12, workers=2, seed=0, objective="span",
+                                   memory_tiebreak=False))
+    assert res.status == "optimal" and res.lower_bound == pytest.approx(472.81)
+    runs = res.schedule.meta["solver"]["cp_runs"]
+    assert [(r["phase"], r["stopped"], r["bound_search"]) for r in runs] == [
+        ("exact", True, False), ("bound-search", False, True)]
+    off = solve(inst, SolveOptions(time_limit=12, workers=2, seed=0, objective="span",
+                                   memory_tiebreak=False, bound_switch=False))
+    assert off.status == "feasible" and off.lower_bound == pytest.approx(464.86)
+    assert [r["phase"] for r in off.schedule.meta["solver"]["cp_runs"]] == ["exact"]
+
+
+def _progress(floor: float, *history: tuple[float, float, float]) -> Progress:
+    progress = Progress(1.0, "span", floor=floor)
+    progress.history.extend(history)
+    return progress
+
+
+def test_the_switch_waits_for_a_stuck_bound_and_a_gap():
+    assert api._stuck(_progress(100.0, (1.0, 120.0, 100.0)))
+    assert not api._stuck(_progress(100.0))  # no CP-SAT solution yet
+    assert not api._stuck(_progress(100.0, (1.0, 120.0, 101.0)))  # the bound moved
+    assert not api._stuck(_progress(100.0, (1.0, 100.9, 100.0)))  # within 1 %
+    assert not api._stuck(_progress(100.0, (1.0, 125.0, 100.0), (2.0, 120.0, 100.0)))  # improving
+    assert api._stuck(_progress(100.0, (1.0, 120.0, 100.0), (2.0, 120.0, 100.0)))
+    assert api._far(_progress(100.0, (1.0, 120.0, 101.0)))  # the relaxations' test
+
+
+def test_where_the_switch_applies():
+    multi = _zbv_p2_m6()
+    one = load_instance("zbsolve/data/instances/default.yaml")
+    assert api._switches(multi, SolveOptions(), 72)
+    assert not api._switches(multi, SolveOptions(), api.SWITCH_MAX_OPS + 1)
+    assert not api._switches(multi, SolveOptions(bound_switch=False), 72)
+    assert not api._switches(multi, SolveOptions(deterministic=True), 72)
+    assert not api._switches(multi, SolveOptions(bound_search=True), 72)  # already on
+    assert not api._switches(one, SolveOptions(), 72)  # one stage per device
+
+
+def test_the_cli_turns_it_off(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    code = main(["solve", "--no-bound-switch", "--time-limit", "2", "--json", "-o", str(out),
+                 "zbsolve/data/instances/default.yaml"])
+    assert code == 0
+    assert json.loads(out.read_text())["meta"]["options"]["bound_switch"] is False

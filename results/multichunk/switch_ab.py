@@ -28,7 +28,7 @@ def case_of(name: str, seconds: float):
     if name.startswith("zbv-"):
         _, p, m = name.split("-")
         return six_b_times(int(p), int(m)), "span"
-    found = select(build_cases(time_limit=seconds), [name])
+    found = [c for c in select(build_cases(time_limit=seconds), [name]) if c.id == name]
     if len(found) != 1:
         raise SystemExit(f"{name}: expected one bench case or zbv-P-M, found {len(found)}")
     return found[0].inst, found[0].objective

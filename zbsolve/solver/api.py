@@ -589,9 +589,15 @@ def _far(progress: Progress) -> bool:
 
 
 def _stuck(progress: Progress) -> bool:
-    """The bound switch's test: far (``_far``), and CP-SAT's bound has not left the analytic
-    one (``Progress.floor``). A bound that moves is a search that may still prove."""
-    return _far(progress) and progress.history[-1][2] <= progress.floor * (1 + STUCK_TOL)
+    """The bound switch's test: far (``_far``), CP-SAT's bound has not left the analytic one
+    (``Progress.floor``) and its search has found nothing better than its first solution (the
+    hint). A bound that moves may still prove, and a search that still improves the schedule
+    may still close the gap from above (random-29, random-25: twelfth pass)."""
+    if not _far(progress):
+        return False
+    values = [value for _, value, _ in progress.history]
+    return (progress.history[-1][2] <= progress.floor * (1 + STUCK_TOL)
+            and min(values) >= values[0] * (1 - STUCK_TOL))
 
 
 def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget: Budget,

@@ -25,7 +25,8 @@ EXACT_MODEL_PARAMS: dict[str, Any] = {"transitive_precedences_work_limit": 0}
 # (docs/solver.md, "Bound search"): it proves ZB-V's 6.2B times optimal at p = 2, m = 6 in 1 s
 # and p = 4, m = 8 in 33 s, where the default's bound stays at the analytic one for minutes;
 # it moves no bound at p = 4, m = 16 and searches worse on the random family's open cases, so
-# it is asked for, not the default.
+# from the start it is asked for; by default it takes over a run whose bound is stuck (the bound
+# switch, api._switches).
 BOUND_SEARCH_PARAMS: dict[str, Any] = {"subsolvers": ["lb_tree_search"]}
 
 
