@@ -79,8 +79,8 @@ STRETCH_SHARE = 1 / 2  # of the budget, for the reduced instances' solves (stret
 STRETCH_FIRST = 2 / 3  # of that share, for the first (smallest) reduced instance
 STRETCH_CANDIDATES = 64  # deterministic mode: stretches simulated (no clock may cut them)
 # Devices with several stages, exact method, wall clock, at most SWITCH_MAX_OPS ops: a CP-SAT
-# run whose bound has not left the analytic one and whose gap is above RELAX_GAP at SWITCH_AT
-# of the budget gives the rest to a run with the bound search (``_exact_phases``).
+# run stuck at SWITCH_AT of the budget (``_stuck``) gives the rest to a run with the bound
+# search (``_exact_phases``).
 SWITCH_AT, SWITCH_MAX_OPS, STUCK_TOL = 0.25, 800, 1e-6
 
 
@@ -103,8 +103,9 @@ class SolveOptions:
     # exact method: CP-SAT's full-problem worker searches the lower bound (lb_tree_search;
     # cpsat.BOUND_SEARCH_PARAMS), for proofs the default search does not reach
     bound_search: bool = False
-    # exact method, multi-stage devices, <= SWITCH_MAX_OPS ops: a search whose bound is stuck
-    # at the analytic one at SWITCH_AT of the limit goes on with the bound search
+    # exact method, multi-stage devices, <= SWITCH_MAX_OPS ops: a search stuck at SWITCH_AT of
+    # the limit (bound at the analytic one, nothing better than its hint) goes on with the
+    # bound search (docs/solver.md, "The bound switch")
     bound_switch: bool = True
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
@@ -729,10 +730,10 @@ def _switches(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
 
     Why (docs/solver.md, "Bound search"): on such instances the default search's bound often
     stays at the analytic one for the whole limit (ZB-V's 6.2B times at p = 4, m = 8: 625.18
-    after 120 s) where the bound search proves the optimum (663.11 in 33 s); but from the
-    start it searches schedules worse on others (random-25: 532 against 513), so it takes
-    over only a search whose bound has not moved by SWITCH_AT of the limit, from the best
-    schedule so far."""
+    after 120 s) where the bound search proves the optimum (the switch: 663.11 at 41 s of a
+    60-s solve); but it searches schedules worse on others (random-25: 532 against 513 from
+    the start), so it takes over only a search stuck on both sides (``_stuck``) at SWITCH_AT
+    of the limit, from the best schedule so far (docs/solver.md, "The bound switch")."""
     return (options.bound_switch and not options.bound_search and not options.deterministic
             and n_ops <= SWITCH_MAX_OPS
             and any(len(inst.stages_of(d)) > 1 for d in range(inst.devices)))
