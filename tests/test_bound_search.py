@@ -1,5 +1,5 @@
 """``--bound-search``: the exact run's full-problem worker searches the lower bound; and the
-bound switch (on by default): a run whose bound is stuck at the analytic one gives way to it.
+bound switch (on by default): a run stuck at the analytic bound and at its hint gives way to it.
 
 The instance is ZB-V's 6.2B times at p = 2, m = 6 (limit 2p): its optimum is the published ZB-V
 span, 472.81, and the default search leaves the bound at the analytic 464.86 for minutes

@@ -57,8 +57,9 @@ def register(sub) -> None:
                              "(docs/solver.md)")
     parser.add_argument("--no-bound-switch", action="store_true",
                         help="exact method, devices with several stages, <= 800 ops: do not hand "
-                             "the search to the bound search when its bound has not left the "
-                             "analytic one by 1/4 of the limit (docs/solver.md)")
+                             "the search to the bound search when, at 1/4 of the limit, its bound "
+                             "is still the analytic one and it has found nothing better than its "
+                             "hint (docs/solver.md)")
     parser.add_argument("--no-windows", action="store_true",
                         help="devices with several stages: skip the window search that runs "
                              "before CP-SAT for 1/6 of the limit (docs/solver.md)")
