@@ -206,6 +206,12 @@ class Instance:
         """The stages a device holds, in increasing order (precomputed: O(1))."""
         return list(self._by_device[device])
 
+    @property
+    def several_stages_per_device(self) -> bool:
+        """Whether some device holds more than one stage (V, interleaved, explicit placements):
+        the instances the solver's multi-stage phases (windows, stretch, bound switch) are for."""
+        return any(len(stages) > 1 for stages in self._by_device)
+
     def device_work(self, device: int) -> float:
         """Compute time of a device's ops (every stage runs m / replicas microbatches)."""
         per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in self._by_device[device])

@@ -624,7 +624,7 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
     stopped = [False]
 
     def stop() -> bool:
-        stopped[0] = checkpoint is not None and checkpoint[1](progress)
+        stopped[0] = checkpoint[1](progress)  # (called only with a checkpoint)
         return stopped[0]
 
     at = None if checkpoint is None else (checkpoint[0], stop)
@@ -682,8 +682,10 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
             first = min(first, max(0.0, RELAX_AT * budget.limit - budget.cp_dtime))
         elif at < first:
             checkpoint = (at, _far)
-    elif switch and SWITCH_AT * budget.limit - budget.elapsed() < first:
-        checkpoint = (SWITCH_AT * budget.limit - budget.elapsed(), _stuck)
+    elif switch:
+        at = SWITCH_AT * budget.limit - budget.elapsed()
+        if at < first:
+            checkpoint = (at, _stuck)
     res = _Exact(None, None, 0, False, False)
     if first > 0:  # (deterministic, RELAX_AT = 0: straight to the relaxations)
         res = _solve_exact(inst, options, best.best(), budget, progress, info, scale,
@@ -736,7 +738,7 @@ def _switches(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
     of the limit, from the best schedule so far (docs/solver.md, "The bound switch")."""
     return (options.bound_switch and not options.bound_search and not options.deterministic
             and n_ops <= SWITCH_MAX_OPS
-            and any(len(inst.stages_of(d)) > 1 for d in range(inst.devices)))
+            and inst.several_stages_per_device)
 
 
 def _window_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
@@ -756,7 +758,7 @@ def _window_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     for them (random-16, 108 ops: 0.39 s without the phase, 10.3 s with it)."""
     from zbsolve.solver.large import LNSConfig, first_window_is_whole, improve
 
-    if not any(len(inst.stages_of(d)) > 1 for d in range(inst.devices)):
+    if not inst.several_stages_per_device:
         return False
     cfg = LNSConfig(workers=options.workers, seed=options.seed,
                     deterministic=options.deterministic)

@@ -66,8 +66,7 @@ def reduced_sizes(inst: Instance) -> list[int]:
     """
     plain = (inst.replicas == 1 and inst.segments == 1 and inst.overlap is None
              and not inst.offers_modes and inst.step.mode == "none")
-    several = any(len(inst.stages_of(d)) > 1 for d in range(inst.devices))
-    if not (plain and several):
+    if not (plain and inst.several_stages_per_device):
         return []
     ops = TaskGraph(inst).count()
     if ops <= MIN_OPS:
