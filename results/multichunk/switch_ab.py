@@ -26,8 +26,11 @@ from zbsolve.solver import SolveOptions, solve
 def case_of(name: str, seconds: float):
     """(instance, objective) of a case name."""
     if name.startswith("zbv-"):
-        _, p, m = name.split("-")
-        return six_b_times(int(p), int(m)), "span"
+        try:
+            _, p, m = name.split("-")
+            return six_b_times(int(p), int(m)), "span"
+        except ValueError as err:
+            raise SystemExit(f"{name}: expected zbv-P-M with integers P, M ({err})") from None
     found = [c for c in select(build_cases(time_limit=seconds), [name]) if c.id == name]
     if len(found) != 1:
         raise SystemExit(f"{name}: expected one bench case or zbv-P-M, found {len(found)}")
@@ -49,9 +52,13 @@ def cell(inst, objective: str, seconds: float, switch: bool) -> tuple[str, bool]
 
 
 def main() -> None:
-    if len(sys.argv) < 3:
-        raise SystemExit("usage: switch_ab.py SECONDS CASE [CASE ...]")
-    seconds = float(sys.argv[1])
+    usage = "usage: switch_ab.py SECONDS CASE [CASE ...]"
+    try:
+        seconds = float(sys.argv[1])
+    except (IndexError, ValueError):
+        raise SystemExit(f"{usage}: SECONDS, a number, first") from None
+    if len(sys.argv) < 3 or not seconds > 0:
+        raise SystemExit(f"{usage}: SECONDS > 0 and at least one case")
     print(f"Started {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_note()}; "
           f"command: `python results/multichunk/switch_ab.py {' '.join(sys.argv[1:])}`\n")
     print("| case | with the switch (default) | without (only where it fired) |")
