@@ -9,6 +9,7 @@ term that silently stops working fails a test.
 from __future__ import annotations
 
 import pytest
+from conftest import make_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
@@ -180,3 +181,64 @@ def test_bounds_of_the_mutation_tests_stay_below_proven_optima():
     for objective, bound in (("span", 19.0), ("makespan", 20.0)):
         assert analytic_bound(small, objective) == bound
         assert optimum(small, objective, **UNREDUCED) >= bound - 1e-9
+
+
+# ---------------------------------------------------------------- memory_energy_bounds
+LOOP_TIGHT = {  # p = 3, loop v = 2: device 0 holds stages 0 and 3, each unit 1 until its I ends
+    "devices": 3, "microbatches": 6, "chunks": 2, "placement": "loop",
+    "times": {"F": 2, "I": 2, "W": 1}, "comm": 1,
+    "memory": {"activation": 1, "weight": 0, "limit": 4}}
+
+
+def test_memory_energy_bound_by_hand(monkeypatch):
+    # Device 0: stage 0's unit lives from F(0) to I(0): 6 F + 6 I of 2 and 5 + 5 hops of 1 = 34;
+    # stage 3's from F(3) to I(3): 3 F + 3 I and 2 + 2 hops = 16; 6 microbatches: 300 of
+    # memory-time under a limit of 4. The first forwards start 2 apart holding 1 each: the cap
+    # is 1, 2, 3 on [0, 2), [2, 4), [4, 6), 12 unused; the last I likewise: (300 + 24) / 4 = 81.
+    inst = load_instance(LOOP_TIGHT)
+    assert bounds.memory_energy_bounds(inst) == pytest.approx([81.0, 63.0, 45.0])
+    assert analytic_bound(inst) == pytest.approx(81.0)  # the other terms give 79
+    assert analytic_bound(inst, "span") == pytest.approx(81.0)
+    assert optimum(inst, "makespan") == pytest.approx(91.0)
+    monkeypatch.setattr(bounds.Ramp, "loss", lambda self, room: (0.0, 0.0))
+    assert bounds.memory_energy_bounds(inst)[0] == pytest.approx(75.0)
+    assert analytic_bound(inst) == pytest.approx(79.0)
+
+
+def test_memory_energy_bound_is_gated_off_without_a_limit_or_with_modes():
+    assert bounds.memory_energy_bounds(load_instance(LOOP_TIGHT).with_(limit=None)) == [None] * 3
+    modes = make_instance(p=2, m=4, v=2, limit=2, recompute={"R": 0.5, "kept": 0.25})
+    assert bounds.memory_energy_bounds(modes) == [None, None]
+
+
+@pytest.mark.parametrize("extra", [dict(segments=2), dict(overlap={"FB": 0.8}),
+                                   dict(replicas=2), dict(memory={"activation": 1, "weight": 0.5,
+                                                                  "params": 1, "limit": 5})])
+def test_memory_energy_bound_stays_below_the_optimum_of_other_forms(extra):
+    # the argument reads only lifetimes, min_duration and the limit: no gate for segments,
+    # overlapped pairs, replicas or resident params (optima of the solver's model)
+    data = {**LOOP_TIGHT, "microbatches": 4, **extra}
+    inst = load_instance(data)
+    ht = bounds.unordered_heads_tails(inst)
+    best = optimum(inst, "makespan")
+    for d, e in enumerate(bounds.memory_energy_bounds(inst)):
+        assert bounds.first_head(inst, ht, d) + e <= best + 1e-9
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.floats(0.1, 2), st.floats(0.1, 5), st.floats(0.01, 1), st.floats(0.05, 10))
+def test_ramp_loss_is_the_unused_memory_time_below_the_cap(step, every, rate, room):
+    import math
+    ramp = bounds.Ramp(step, every, rate)
+    tau, lost = ramp.loss(room)
+
+    def cap(t):
+        return min(room, step * (math.floor(t / every) + 1), step + rate * t)
+    n = 4000
+    end = tau if tau > 0 else every
+    h = end / n
+    left = sum(room - cap(i * h) for i in range(n)) * h  # the cap rises: left sums >= the area
+    right = sum(room - cap((i + 1) * h) for i in range(n)) * h
+    assert right - 1e-9 <= lost <= left + 1e-9
+    assert cap(tau + 1e-9) == pytest.approx(room)  # tau*: the cap is at room from there on
+    assert bounds.Ramp(step, every, 0.0).loss(max(room, 2 * step))[0] == math.inf

@@ -41,9 +41,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from zbsolve.graph import TaskGraph
+from zbsolve.graph import END, Lifetime, TaskGraph
 from zbsolve.instance import Instance, InstanceError
-from zbsolve.numeric import exceeds
+from zbsolve.numeric import REL_TOL, exceeds
 from zbsolve.ops import Kind, Op
 from zbsolve.schedule import Schedule
 
@@ -553,6 +553,105 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
     return out
 
 
+class Ramp(NamedTuple):
+    """A cap on what a device holds tau after its first start (allocations: its forwards) or
+    before its last free (its I and W): c(tau) = min(step (floor(tau / every) + 1),
+    step + rate tau). Of the ops of one kind on the window, all but one (the first forward,
+    the first free to end) run wholly inside it, one after the other, each at least
+    ``every`` long, each moving at most ``rate`` per unit of its length; each one at most
+    ``step``."""
+
+    step: float
+    every: float
+    rate: float
+
+    def loss(self, room: float) -> tuple[float, float]:
+        """(tau*, the memory-time the cap leaves unused below ``room`` on [0, tau*]), tau* the
+        first time the cap reaches ``room``; (0, 0) where the cap is no cap (a zero-length op)
+        or its staircase too fine to walk (then the bound just loses the ramp)."""
+        if self.every <= 0 or not math.isfinite(self.rate) or room / self.step > 10_000:
+            return 0.0, 0.0
+        if self.rate <= 0 and self.step < room:  # never reaches room
+            return math.inf, 0.0
+        lost, k = 0.0, 0
+        while self.step * (k + 1) < room:  # on [k every, (k + 1) every): min(level, line)
+            x, y = k * self.every, (k + 1) * self.every
+            level = self.step * (k + 1)
+            cross = (level - self.step) / self.rate if self.rate > 0 else math.inf
+            cut = min(max(cross, x), y)  # the line below the level on [x, cut)
+            line = self.step * (cut - x) + self.rate * (cut * cut - x * x) / 2
+            lost += room * (y - x) - line - level * (y - cut)
+            k += 1
+        tau = k * self.every
+        reach = (room - self.step) / self.rate if self.rate > 0 else math.inf
+        if tau < reach < math.inf:  # the staircase is at room, the line not yet
+            lost += (room - self.step) * (reach - tau) - self.rate * (reach**2 - tau**2) / 2
+            tau = reach
+        return tau, lost
+
+
+def _ramp(graph: TaskGraph, step: float, amounts: dict[Op, float]) -> Ramp:
+    """The ramp of a device's forwards (what each allocates) or of its I and W (what each
+    frees), each op at least its ``min_duration`` long."""
+    rates = (a / graph.min_duration(op) if graph.min_duration(op) > 0 else math.inf
+             for op, a in amounts.items())
+    return Ramp(step, min(graph.min_duration(op) for op in amounts), max(rates))
+
+
+def memory_energy_bounds(inst: Instance) -> list[float | None]:
+    """Per device: a lower bound on its span from the memory-time its units must hold.
+
+    Every lifetime of device d (``TaskGraph.device_lifetimes``: an amount held from a forward's
+    start to the end of its I or W) lasts at least the longest path between those two ops, and
+    lies within d's span; at every instant d holds at most its limit (net of the resident
+    params), and less at the ends (``Ramp``): right after its first start it has begun few
+    forwards, right before its last free few I and W remain. So the span L satisfies
+    room L - loss_up - loss_down >= the sum of amount x shortest lifetime (docs/solver.md,
+    "Memory-time"). This is the in-flight argument of ``memory_end_bounds`` taken over all of
+    d's stages at once: on loop placements under half the 1F1B memory both of a device's
+    stages hold activations for a long round trip, and their sum binds where each stage's
+    count does not. ``None`` where the limit is absent or the instance offers memory modes (a
+    recomputed or offloaded unit holds less than its keep-form lifetimes)."""
+    if inst.offers_modes:
+        return [None] * inst.devices
+    graph = TaskGraph(inst)
+    shortest: dict[tuple, float] = {}  # per unit shape: the same for every microbatch
+
+    def length(lt: Lifetime) -> float:
+        key = (lt.born._replace(mb=-1), lt.born_at, lt.dies._replace(mb=-1), lt.dies_at)
+        if key not in shortest:  # walk the stage's first microbatch, from the born op's start
+            first = inst.microbatches_of(lt.born.stage)[0]
+            born, dies = lt.born._replace(mb=first), lt.dies._replace(mb=first)
+            head = unordered_heads_tails(inst, source=born, graph=graph).head
+            at_end = {op: graph.min_duration(op) if at == END else 0.0
+                      for op, at in ((born, lt.born_at), (dies, lt.dies_at))}
+            shortest[key] = max(0.0, head[dies] + at_end[dies] - at_end[born])
+        return shortest[key]
+
+    out: list[float | None] = []
+    for d in range(inst.devices):
+        limit = inst.limit[d]
+        room = None if limit is None else limit * (1 + REL_TOL) - inst.resident(d)
+        if room is None or room <= 0:  # (no limit; a resident load above it is refused earlier)
+            out.append(None)
+            continue
+        energy, born, freed = 0.0, {}, {}
+        for lt in graph.device_lifetimes(d):
+            energy += lt.amount * length(lt)
+            born[lt.born] = born.get(lt.born, 0.0) + lt.amount
+            freed[lt.dies] = freed.get(lt.dies, 0.0) + lt.amount
+        if not born:
+            out.append(0.0)
+            continue
+        unit = max(born.values())  # also what a fused B frees at once
+        (t_up, up), (t_down, down) = (_ramp(graph, unit, born).loss(room),
+                                      _ramp(graph, unit, freed).loss(room))
+        span = (energy + up + down) / room
+        # each loss is counted on its half of the span: valid once both ramps fit there
+        out.append(span if span / 2 >= max(t_up, t_down) else energy / room)
+    return out
+
+
 def critical_path(inst: Instance) -> float:
     """Longest chain through the task graph (unlimited devices, no resource conflicts)."""
     ht = unordered_heads_tails(inst)
@@ -565,11 +664,16 @@ def analytic_bound(inst: Instance, objective: str = "makespan") -> float:
     if objective not in ("makespan", "span"):
         raise ValueError(f"objective: expected 'makespan' or 'span', got {objective!r}")
     mem = memory_end_bounds(inst)
+    energy = memory_energy_bounds(inst)  # spans
     if objective == "makespan":
+        ht = unordered_heads_tails(inst)
+        ends = [*mem, *(None if e is None else first_head(inst, ht, d) + e
+                        for d, e in enumerate(energy))]
         return max(max(device_makespan_bounds(inst)), critical_path(inst),
-                   max((b for b in mem if b is not None), default=0.0))
+                   max((b for b in ends if b is not None), default=0.0))
     # spans start at the device's first forward, pinned to its head (see api.py)
     ht = heads_tails(inst)
     firsts = [first_head(inst, ht, d) for d in range(inst.devices)]
     return max(max(device_span_bounds(inst, ht)),
-               max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0))
+               max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0),
+               max((e for e in energy if e is not None), default=0.0))
