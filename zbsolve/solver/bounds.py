@@ -631,8 +631,9 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
     out: list[float | None] = []
     for d in range(inst.devices):
         limit = inst.limit[d]
-        room = None if limit is None else limit * (1 + REL_TOL) - inst.resident(d)
-        if room is None or room <= 0:  # (no limit; a resident load above it is refused earlier)
+        # the most the simulator lets d hold (``numeric.exceeds``) less its params
+        room = None if limit is None else limit / (1 - REL_TOL) - inst.resident(d)
+        if room is None or room <= 0:  # (a resident load above the limit is refused earlier)
             out.append(None)
             continue
         energy, born, freed = 0.0, {}, {}
