@@ -8,6 +8,8 @@ term that silently stops working fails a test.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest import make_instance
 from hypothesis import HealthCheck, given, settings
@@ -228,7 +230,6 @@ def test_memory_energy_bound_stays_below_the_optimum_of_other_forms(extra):
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.floats(0.1, 2), st.floats(0.1, 5), st.floats(0.01, 1), st.floats(0.05, 10))
 def test_ramp_loss_is_the_unused_memory_time_below_the_cap(step, every, rate, room):
-    import math
     ramp = bounds.Ramp(step, every, rate)
     tau, lost = ramp.loss(room)
 
