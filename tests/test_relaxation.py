@@ -13,6 +13,7 @@ from zbsolve.instance import load_instance
 from zbsolve.solver import api, relaxation
 from zbsolve.solver.api import SolveOptions, solve
 from zbsolve.solver.bounds import analytic_bound
+from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS
 from zbsolve.solver.model import TimeScale
 
 # found by a search over random two-device loop instances (m = 3, tight limits): device 0's
@@ -40,6 +41,18 @@ def test_relaxation_proves_the_optimum_where_the_analytic_bound_does_not():
     # the relaxation's order is the device's ops, each once
     top = runs[bounds.index(64.0)]
     assert sorted(top.order) == sorted(relaxation.TaskGraph(inst).device_ops(top.device))
+
+
+def test_relaxation_takes_cp_sat_parameters():
+    # results/multichunk/relax_probe.py passes the bound search this way (fourteenth pass)
+    inst = load_instance(RELAX_WINS)
+    scale = TimeScale.choose(inst)
+    r = relaxation.relax_device(inst, "makespan", 0, 20, scale=scale, workers=1, seed=0,
+                                params=BOUND_SEARCH_PARAMS)
+    assert r.proven and r.bound / scale.time == 64.0
+    with pytest.raises(AttributeError):
+        relaxation.relax_device(inst, "makespan", 0, 20, scale=scale, workers=1, seed=0,
+                                params={"no_such_parameter": 1})
 
 
 @settings(max_examples=10, deadline=None, derandomize=True,

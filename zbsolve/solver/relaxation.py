@@ -23,6 +23,7 @@ around it (``api.py``, the bottleneck phase: random-01 1751 -> 1462).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -74,9 +75,12 @@ def candidates(inst: Instance) -> list[int]:
 def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
                  scale: TimeScale, workers: int = 2, seed: int = 0, deterministic: bool = False,
                  lower_bound: int = 0, symmetry: bool = True,
-                 memory_model: str = "cumulative") -> Relaxation:
+                 memory_model: str = "cumulative",
+                 params: dict[str, Any] | None = None) -> Relaxation:
     """Solve the relaxation of ``device`` for at most ``seconds`` (module docstring), with the
-    objective at or above ``lower_bound`` (model units, a bound proven elsewhere).
+    objective at or above ``lower_bound`` (model units, a bound proven elsewhere);
+    ``params``: CP-SAT parameters on top of the exact model's (the relaxation phase passes
+    none; ``results/multichunk/relax_probe.py`` passes its own).
 
     No hint, upper bound or horizon from a known schedule, though each would keep the bound
     valid: each kept CP-SAT from proving random-01's device-0 relaxation (1398 in 9 s
@@ -87,7 +91,7 @@ def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
     sm = build_model(inst, objective, scale=scale, symmetry=symmetry, memory_model=memory_model,
                      relaxed=others, lower_bound=lower_bound)
     solver = new_solver(seconds, workers=workers, seed=seed, deterministic=deterministic,
-                        extra=EXACT_MODEL_PARAMS)
+                        extra={**EXACT_MODEL_PARAMS, **(params or {})})
     code = solver.solve(sm.model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         # infeasible (only where rounded memory makes the model stricter than the instance) or
