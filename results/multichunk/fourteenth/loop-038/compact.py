@@ -8,8 +8,11 @@ W) stays within 3.04 (a cumulative), microbatches keep their order per op, and t
 starts at 0. The objective is the last W's end, a lower bound on the instance's makespan (the
 solver's relaxation of device 0, less the other devices' memory precedences).
 
-    python compact.py M SECONDS [lb]   # lb: CP-SAT's bound search (lb_tree_search)
+    python compact.py M SECONDS [lb] [profile]
 
+``lb``: CP-SAT's bound search (``lb_tree_search``). ``profile``: also the memory device 0 holds
+in the solution found, integrated over its fill (to the end of its first stage-8 forwards),
+its middle and its drain (its last 134 ms, where it no longer holds 3.0), against the limit.
 Output of the runs cited in the README: ``compact.txt``.
 """
 
@@ -33,7 +36,31 @@ def t(x: float) -> int:
     return int(round(x * SCALE))
 
 
-def solve(m: int, seconds: float, bound_search: bool) -> str:
+def held(starts: dict[str, float], m: int, at: float) -> float:
+    """What device 0 holds at ``at`` in the solution ``starts`` (ms)."""
+    total = 0.0
+    for j in range(m):
+        for born, freed, dur, amount in (("F0", "I0", I, FREED_BY_I), ("F0", "W0", W, FREED_BY_W),
+                                         ("F8", "I8", I, FREED_BY_I), ("F8", "W8", W, FREED_BY_W)):
+            if starts[f"{born}.{j}"] <= at < starts[f"{freed}.{j}"] + dur:
+                total += amount
+    return total
+
+
+def profile(starts: dict[str, float], m: int, end: float) -> str:
+    """Memory-time held and left unused below the limit (3.04) on three windows."""
+    fill = max(starts[f"F8.{j}"] + F for j in range(min(m, 3)))
+    lines, step = [], 0.005
+    for name, a, b in (("fill", 0.0, fill), ("middle", fill, end - 134.0),
+                       ("drain", end - 134.0, end)):
+        n = max(0, int((b - a) / step))
+        area = sum(held(starts, m, a + (k + 0.5) * step) for k in range(n)) * step
+        lines.append(f"  {name} [{a:.2f}, {b:.2f}): held {area:.1f}, "
+                     f"unused {3.04 * (b - a) - area:.1f}")
+    return "\n".join(lines)
+
+
+def solve(m: int, seconds: float, bound_search: bool, show: bool = False) -> str:
     md = cp_model.CpModel()
     horizon = t(HORIZON)
     ops: dict[str, tuple] = {}
@@ -76,8 +103,12 @@ def solve(m: int, seconds: float, bound_search: bool) -> str:
     code = solver.solve(md)
     found = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     value = solver.objective_value / SCALE if found else None
-    return (f"{m} {solver.status_name(code)} bound {solver.best_objective_bound / SCALE} "
+    line = (f"{m} {solver.status_name(code)} bound {solver.best_objective_bound / SCALE} "
             f"value {value} {solver.wall_time:.1f}")
+    if show and found:
+        starts = {name: solver.value(v[0]) / SCALE for name, v in ops.items()}
+        line += "\n" + profile(starts, m, value)
+    return line
 
 
 def main() -> None:
@@ -85,10 +116,12 @@ def main() -> None:
     try:
         m, seconds = int(args[0]), float(args[1])
     except (IndexError, ValueError):
-        sys.exit("usage: compact.py M SECONDS [lb]")
-    if len(args) > 3 or args[2:] not in ([], ["lb"]) or m < 1 or not 0 < seconds < 1e6:
-        sys.exit("usage: compact.py M SECONDS [lb]")
-    print(solve(m, seconds, bound_search=args[2:] == ["lb"]))
+        sys.exit("usage: compact.py M SECONDS [lb] [profile]")
+    flags = args[2:]
+    if (len(flags) != len(set(flags)) or not set(flags) <= {"lb", "profile"} or m < 1
+            or not 0 < seconds < 1e6):
+        sys.exit("usage: compact.py M SECONDS [lb] [profile]")
+    print(solve(m, seconds, bound_search="lb" in flags, show="profile" in flags))
 
 
 if __name__ == "__main__":
