@@ -17,11 +17,15 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
-from zbsolve.instance import InstanceError, load_instance
-from zbsolve.solver import relaxation
-from zbsolve.solver.bounds import analytic_bound
-from zbsolve.solver.model import TimeScale
+sys.path.insert(0, str(Path(__file__).parent))
+import cp_params  # noqa: E402
+
+from zbsolve.instance import InstanceError, load_instance  # noqa: E402
+from zbsolve.solver import relaxation  # noqa: E402
+from zbsolve.solver.bounds import analytic_bound  # noqa: E402
+from zbsolve.solver.model import TimeScale  # noqa: E402
 
 USAGE = "usage: relax_probe.py INSTANCE SECONDS DEVICE [PARAMS-JSON] [makespan|span]"
 
@@ -33,12 +37,7 @@ def main() -> None:
         sys.exit(USAGE)
     if not (seconds > 0 and math.isfinite(seconds)):
         sys.exit(f"{USAGE}: SECONDS must be a finite number above 0, got {sys.argv[2]!r}")
-    try:
-        params = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    except json.JSONDecodeError as err:
-        sys.exit(f"{USAGE}: PARAMS-JSON: {err}")
-    if not isinstance(params, dict):
-        sys.exit(f"{USAGE}: PARAMS-JSON: expected an object, got {sys.argv[4]!r}")
+    params = cp_params.parse(sys.argv[4] if len(sys.argv) > 4 else None, USAGE)
     objective = sys.argv[5] if len(sys.argv) > 5 else "makespan"
     if objective not in ("makespan", "span"):
         sys.exit(f"{USAGE}: expected makespan or span, got {objective!r}")

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import cp_params  # noqa: E402
 from zbv_idle import six_b_times  # noqa: E402
 
 from zbsolve.baselines import generate  # noqa: E402
@@ -40,12 +41,7 @@ def main() -> None:
     what = sys.argv[5].split(",") if len(sys.argv) > 5 else []
     if not set(what) <= {"hint", "upper", "bare"}:
         sys.exit(f"{USAGE}: unknown option in {sys.argv[5]!r}")
-    try:
-        params = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
-    except json.JSONDecodeError as err:
-        sys.exit(f"{USAGE}: PARAMS-JSON: {err}")
-    if not isinstance(params, dict):
-        sys.exit(f"{USAGE}: PARAMS-JSON: expected an object, got {sys.argv[6]!r}")
+    params = cp_params.parse(sys.argv[6] if len(sys.argv) > 6 else None, USAGE)
     inst = six_b_times(p, m)
     scale = TimeScale.choose(inst)
     si = scaled_instance(inst, scale)
