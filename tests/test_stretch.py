@@ -90,6 +90,7 @@ def test_solve_is_proven_by_a_stretched_schedule():
     assert solver["note"].startswith("a stretched schedule meets the analytic lower bound")
     assert min(ph["value"] for ph in solver["phases"] if ph["phase"] != "stretch") > 109.0
     assert run["reduced_method"] == "exact"
+    assert run["reduced_runs"] == ["exact"]  # deterministic: no bound switch
     # the reduced instance is solved by the exact model whatever the caller's method
     large = solve(inst, SolveOptions(**opts, method="large")).schedule.meta["solver"]
     assert large["method"] == "large" and large["stretch"][0]["reduced_method"] == "exact"

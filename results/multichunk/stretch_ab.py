@@ -62,7 +62,9 @@ def main() -> None:
         note = "; ".join(f"m'={st['microbatches']}: {st['reduced_value']:g} "
                          f"({st['reduced_status']}), {st['valid']}/{st['tried']} valid, best "
                          f"{'-' if st['best'] is None else format(st['best'], '.6g')}, "
-                         f"{st['seconds']:.1f} s" for st in meta.get("stretch", [])) or "-"
+                         f"{st['seconds']:.1f} s, CP-SAT runs "
+                         f"{'+'.join(st.get('reduced_runs', [])) or '-'}"
+                         for st in meta.get("stretch", [])) or "-"
         lines.append(f"| {case.id} | {case.ops} | {cells[0]} | {cells[1]} | {note} |")
         print(lines[-1], flush=True)
     (out / "stretch_ab.md").write_text("\n".join(lines) + "\n")

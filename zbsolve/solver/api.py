@@ -834,6 +834,10 @@ def _stretch_from(inst: Instance, m_small: int, seconds: float, options: SolveOp
     stats: dict[str, Any] = {"microbatches": m_small, "reduced_value": small.objective_value,
                              "reduced_status": small.status,
                              "reduced_method": small.schedule.meta["solver"]["method"],
+                             # which CP-SAT runs the reduced solve made ("bound-search": the
+                             # bound switch fired there)
+                             "reduced_runs": [r["phase"] for r in
+                                              small.schedule.meta["solver"].get("cp_runs", [])],
                              "tried": 0, "valid": 0, "best": None}
     # the simulations' own share: wall seconds, or (deterministic) a number of candidates
     until = budget.elapsed() + max(1.0, 0.025 * budget.limit)
