@@ -825,10 +825,13 @@ def _stretch_from(inst: Instance, m_small: int, seconds: float, options: SolveOp
     # the exact model whatever the caller's method: a reduced instance has at most
     # stretch.MAX_REDUCED_OPS ops, and a stretch is only as good as its schedule (with the
     # large method, vmin/p8-m64 at 120 s: m' = 12 gave 95 against the exact model's proven 83,
-    # and the solve ended at 409 against the proven 395); and the default search, which the
-    # reduced schedule is for, not --bound-search's
+    # and the solve ended at 409 against the proven 395); the default search, which the
+    # reduced schedule is for, not --bound-search's; and no window phase, which only delays
+    # the proof there (m' = 12 of vmin/p8-m32, 60 s: proven in 10.1-10.3 s without it, 32.8-36.7 s
+    # with it; of vhalf/p8-m32: 17.9-28.1 s against 25.1-39.3 s; results/multichunk, fifteenth pass)
     sub = dataclasses.replace(options, time_limit=seconds, progress=False,
-                              memory_tiebreak=False, gap=0.0, method="exact", bound_search=False)
+                              memory_tiebreak=False, gap=0.0, method="exact", bound_search=False,
+                              windows=False)
     small = solve(reduced(inst, m_small), sub)
     budget.cp_dtime += small.schedule.meta["solver"]["cp_dtime"]
     stats: dict[str, Any] = {"microbatches": m_small, "reduced_value": small.objective_value,
