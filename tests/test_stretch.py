@@ -100,6 +100,19 @@ def test_solve_is_proven_by_a_stretched_schedule():
         "solver"]
 
 
+def test_a_proven_reduced_optimum_short_of_the_bound_is_solved_again_with_other_seeds():
+    # the bound (115) is far below the optimum (131): no stretch meets it, so the last m' is
+    # solved again with the next seeds (another optimum may repeat better), twice at most
+    inst = unit_v(3, 18, 3)
+    assert reduced_sizes(inst) == [5, 6] and analytic_bound(inst, "span") == 115.0
+    res = solve(inst, SolveOptions(time_limit=10, workers=1, seed=0, deterministic=True,
+                                   objective="span", memory_tiebreak=False))
+    runs = res.schedule.meta["solver"]["stretch"]
+    assert [(r["microbatches"], r["seed"]) for r in runs] == [(5, 0), (6, 0), (6, 1), (6, 2)]
+    assert all(r["reduced_status"] == "optimal" and r["best"] == 131.0 for r in runs)
+    assert res.status == "optimal" and res.objective_value == 131.0
+
+
 def test_stretch_applies_only_to_plain_multi_stage_instances_with_a_steady_state():
     assert reduced_sizes(unit_v(4, 20, 4)) == [6, 8]
     assert reduced_sizes(unit_v(4, 16, 4)) == [6]  # m >= 2.5 m': copies make up most of it
