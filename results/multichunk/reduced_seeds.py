@@ -26,32 +26,19 @@ from zbsolve.ops import Kind, Op
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import ScheduleError, simulate, validate
 from zbsolve.solver import SolveOptions, solve
-from zbsolve.solver.stretch import reduced, refill_weight_grads, stretched
+from zbsolve.solver.stretch import blocks, reduced, refill_weight_grads, repeat_block, stretched
 
 
 def block_near(order: list[Op], delta: int, n: int, at: float,
                start: dict[Op, float]) -> list[Op] | None:
     """``stretch.stretch_order`` with the block chosen nearest in time to ``at``."""
-    counts = {(op.kind, op.stage): 0 for op in order}
-    size, best = n * len(counts), None
-    for i, op in enumerate(order):
-        counts[(op.kind, op.stage)] += 1
-        if i >= size:
-            old = order[i - size]
-            counts[(old.kind, old.stage)] -= 1
-        if i >= size - 1 and all(c == n for c in counts.values()):
-            t0, t1 = start[order[i - size + 1]], start[op]
-            dist = 0.0 if t0 <= at <= t1 else min(abs(at - t0), abs(at - t1))
-            if best is None or dist < best[0]:
-                best = (dist, i + 1)
-    if best is None:
-        return None
-    end = best[1]
-    block = order[end - size:end]
-    out = list(order[:end])
-    for k in range(1, delta // n + 1):
-        out += [op._replace(mb=op.mb + k * n) for op in block]
-    return out + [op._replace(mb=op.mb + delta) for op in order[end:]]
+    best = None
+    for first, end in blocks(order, n):
+        t0, t1 = start[order[first]], start[order[end - 1]]
+        dist = 0.0 if t0 <= at <= t1 else min(abs(at - t0), abs(at - t1))
+        if best is None or dist < best[0]:
+            best = (dist, first, end)
+    return None if best is None else repeat_block(order, best[1], best[2], delta, n)
 
 
 def by_time(inst: Instance, small_inst: Instance, small: Schedule) -> Iterator[Schedule]:

@@ -79,8 +79,8 @@ STRETCH_SHARE = 1 / 2  # of the budget, for the reduced instances' solves (stret
 STRETCH_FIRST = 2 / 3  # of that share, for the first (smallest) reduced instance
 STRETCH_CANDIDATES = 64  # deterministic mode: stretches simulated (no clock may cut them)
 # A proven reduced optimum with no good stretch: the same m' again with the next seed, while the
-# share left is at least what that solve took (vhalf/p8-m32: 3 of 12 optima of m' = 12 stretch
-# to the proven 198, the others to 199-242 or not at all; results/multichunk, fifteenth pass)
+# share left is at least what that solve took (vhalf/p8-m32: 7 of 38 optima of m' = 12 stretch
+# to the proven 198, the others to 199-277 or not at all; results/multichunk, fifteenth pass)
 STRETCH_RETRIES = 2
 # Devices with several stages, exact method, wall clock, at most SWITCH_MAX_OPS ops: a CP-SAT
 # run stuck at SWITCH_AT of the budget (``_stuck``) gives the rest to a run with the bound
@@ -793,7 +793,9 @@ def _stretch_phase(inst: Instance, options: SolveOptions, best: _Best, budget: B
     after 120 s without; 203 = the bound, stretched from the proven 83 of p8-m12;
     docs/solver.md, "Stretching"). The smaller reduced instance is proven sooner; the larger
     one has a steady state where the smaller has none (V-Half p = 4: 6 microbatches give no
-    block to repeat, 8 give the proven 194 of p4-m32)."""
+    block to repeat, 8 give the proven 194 of p4-m32). Optima of the same reduced instance
+    differ in how they repeat, so a proven last m' whose stretches fall short is solved again
+    with the next seed (``STRETCH_RETRIES``) while the share allows."""
     from zbsolve.solver.stretch import reduced_sizes
 
     sizes = reduced_sizes(inst)
@@ -822,8 +824,9 @@ def _stretch_phase(inst: Instance, options: SolveOptions, best: _Best, budget: B
         if rel_gap(best.best().sim.value(options.objective), bound) <= max(TOL, options.gap):
             break
         # another optimum of the same reduced instance may repeat where this one did not
+        now = spent()
         if (last and retry < STRETCH_RETRIES and runs[-1]["reduced_status"] == "optimal"
-                and total - spent() >= spent() - before):
+                and total - now >= now - before):
             attempts.append((m_small, retry + 1))
     if runs:
         info["stretch"] = runs

@@ -101,40 +101,45 @@ def reduced(inst: Instance, microbatches: int) -> Instance:
     return load_instance(data)
 
 
-def stretch_order(order: list[Op], delta: int, cut: int, n: int) -> list[Op] | None:
-    """One device's order with ``delta`` more microbatches: the block of n ops of every class
-    nearest to the first stage's forward of microbatch ``cut`` repeated (module docstring), or
-    None where the order has no such block."""
-    classes: dict[tuple[str, int], int] = {}
-    for op in order:
-        classes[(op.kind, op.stage)] = 0
-    first = min(op.stage for op in order)
-    anchor = next((i for i, op in enumerate(order)
-                   if op.kind == Kind.F and op.stage == first and op.mb == cut), None)
-    if anchor is None or delta % n:
-        return None
-    size = n * len(classes)
-    best: tuple[int, int] | None = None  # (distance to the anchor, block end)
-    counts = dict(classes)
+def blocks(order: list[Op], n: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of every run of ``order`` holding exactly n ops of each (kind, stage) it
+    runs: the blocks a stretch may copy (module docstring)."""
+    counts = {(op.kind, op.stage): 0 for op in order}
+    size = n * len(counts)
     for i, op in enumerate(order):  # a sliding window of ``size`` ops
         counts[(op.kind, op.stage)] += 1
         if i >= size:
             old = order[i - size]
             counts[(old.kind, old.stage)] -= 1
         if i >= size - 1 and all(c == n for c in counts.values()):
-            start, end = i - size + 1, i + 1
-            dist = 0 if start <= anchor < end else min(abs(anchor - start), abs(anchor - i))
-            if best is None or dist < best[0]:
-                best = (dist, end)
-    if best is None:
-        return None
-    end = best[1]
-    block = order[end - size:end]
+            yield i - size + 1, i + 1
+
+
+def repeat_block(order: list[Op], start: int, end: int, delta: int, n: int) -> list[Op]:
+    """``order`` with its block [start, end) copied ``delta / n`` times, each copy's
+    microbatches n above the last, and the rest of the order shifted by ``delta``."""
+    block = order[start:end]
     out = list(order[:end])
     for k in range(1, delta // n + 1):
         out += [op._replace(mb=op.mb + k * n) for op in block]
-    out += [op._replace(mb=op.mb + delta) for op in order[end:]]
-    return out
+    return out + [op._replace(mb=op.mb + delta) for op in order[end:]]
+
+
+def stretch_order(order: list[Op], delta: int, cut: int, n: int) -> list[Op] | None:
+    """One device's order with ``delta`` more microbatches: the block of n ops of every class
+    nearest to the first stage's forward of microbatch ``cut`` repeated (module docstring), or
+    None where the order has no such block."""
+    first = min(op.stage for op in order)
+    anchor = next((i for i, op in enumerate(order)
+                   if op.kind == Kind.F and op.stage == first and op.mb == cut), None)
+    if anchor is None or delta % n:
+        return None
+    best: tuple[int, int, int] | None = None  # (distance to the anchor, block start, end)
+    for start, end in blocks(order, n):
+        dist = 0 if start <= anchor < end else min(abs(anchor - start), abs(anchor - end + 1))
+        if best is None or dist < best[0]:
+            best = (dist, start, end)
+    return None if best is None else repeat_block(order, best[1], best[2], delta, n)
 
 
 def refill_weight_grads(inst: Instance, skeletons: list[list[Op]]) -> list[list[Op]] | None:
