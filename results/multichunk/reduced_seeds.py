@@ -16,6 +16,7 @@ Prints one line per seed: status, value, and per alignment (tried, valid, best s
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -75,16 +76,28 @@ def count(inst: Instance, candidates: Iterator[Schedule]) -> tuple:
     return tried, valid, best, round(time.time() - t0, 1)
 
 
+USAGE = "usage: reduced_seeds.py CASE M' SECONDS SEED [SEED ...]"
+
+
 def main() -> None:
     if len(sys.argv) < 5:
-        raise SystemExit("usage: reduced_seeds.py CASE M' SECONDS SEED [SEED ...]")
+        raise SystemExit(USAGE)
     case = [c for c in select(build_cases(), [sys.argv[1]]) if c.id == sys.argv[1]]
     if len(case) != 1:
-        raise SystemExit(f"{sys.argv[1]}: not one bench case")
-    inst, m_small, seconds = case[0].inst, int(sys.argv[2]), float(sys.argv[3])
+        raise SystemExit(f"{USAGE}: {sys.argv[1]!r} is not one bench case (zbsolve bench --list)")
+    inst = case[0].inst
+    try:
+        m_small, seconds = int(sys.argv[2]), float(sys.argv[3])
+        seeds = [int(s) for s in sys.argv[4:]]
+    except ValueError as err:
+        raise SystemExit(f"{USAGE}: M' and SEED are integers, SECONDS a number ({err})") from None
+    if not 1 <= m_small < inst.microbatches:
+        raise SystemExit(f"{USAGE}: M' must be in 1 .. {inst.microbatches - 1}, got {m_small}")
+    if not (seconds > 0 and math.isfinite(seconds)) or not all(0 <= s < 2**31 for s in seeds):
+        raise SystemExit(f"{USAGE}: SECONDS must be finite and above 0, and each SEED in [0, 2**31)")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; command: python "
           f"results/multichunk/reduced_seeds.py {' '.join(sys.argv[1:])}", flush=True)
-    for seed in (int(s) for s in sys.argv[4:]):
+    for seed in seeds:
         small_inst = reduced(inst, m_small)
         res = solve(small_inst, SolveOptions(time_limit=seconds, workers=2, seed=seed,
                                              objective="span", memory_tiebreak=False,
