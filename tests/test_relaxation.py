@@ -4,17 +4,23 @@ the solve that runs the phase keeps every promise of the plain one."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bounds import UNREDUCED, optimum, tiny_multichunk
+from test_stretch import unit_v
 
+from zbsolve.cli import main
 from zbsolve.instance import load_instance
 from zbsolve.solver import api, relaxation
 from zbsolve.solver.api import SolveOptions, solve
 from zbsolve.solver.bounds import analytic_bound
-from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS
-from zbsolve.solver.model import TimeScale
+from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS, new_solver
+from zbsolve.solver.model import TimeScale, build_model
+from zbsolve.solver.progress import Progress
 
 # found by a search over random two-device loop instances (m = 3, tight limits): device 0's
 # relaxation proves 64, the optimum, where the analytic bound gives 62
@@ -88,7 +94,7 @@ def test_solve_runs_the_relaxation_phase_and_keeps_its_bound(monkeypatch):
     monkeypatch.setattr(api, "RELAX_AT", 0.0)
     inst = load_instance(RELAX_WINS)
     res = solve(inst, SolveOptions(time_limit=20, deterministic=True, workers=1,
-                                   memory_tiebreak=False, relax=True))
+                                   memory_tiebreak=False, relax=True, relax_first=False))
     info = res.schedule.meta["solver"]
     assert [r["phase"] for r in info["cp_runs"]] == ["bottleneck", "exact-again"]
     assert max(r["bound"] for r in info["relaxation"]) == 64.0
@@ -106,7 +112,86 @@ def test_solve_runs_the_relaxation_phase_and_keeps_its_bound(monkeypatch):
 def test_solve_runs_the_phase_only_when_asked_and_useful(monkeypatch, data, relax):
     monkeypatch.setattr(api, "RELAX_AT", 0.0)
     res = solve(load_instance(data), SolveOptions(time_limit=10, deterministic=True, workers=1,
-                                                  memory_tiebreak=False, relax=relax))
+                                                  memory_tiebreak=False, relax=relax,
+                                                  relax_first=False))
     info = res.schedule.meta["solver"]
     assert [r["phase"] for r in info["cp_runs"]] == ["exact"]
     assert "relaxation" not in info and res.status == "optimal"
+
+
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_multichunk(), st.sampled_from(["makespan", "span"]))
+def test_the_quick_bound_never_exceeds_a_proven_optimum(inst, objective):
+    scale = TimeScale.choose(inst)
+    raw, runs = relaxation.quick_bound(inst, objective, 10.0, 2.0, scale=scale, workers=1)
+    assert [r["device"] for r in runs] == relaxation.candidates(inst)
+    assert raw / scale.time <= optimum(inst, objective, **UNREDUCED) + 1e-9
+
+
+def test_the_quick_bound_keeps_to_its_share():
+    inst = load_instance(RELAX_WINS)
+    scale = TimeScale.choose(inst)
+    raw, runs = relaxation.quick_bound(inst, "makespan", 0.0, 1.0, scale=scale, workers=1)
+    assert (raw, runs) == (0, [])  # no time: no run, no bound
+    raw, runs = relaxation.quick_bound(inst, "makespan", 5.0, 1.0, scale=scale, workers=1,
+                                       deterministic=True)
+    assert raw / scale.time == 64.0 and all(r["dtime"] <= 1.0 + 1e-6 for r in runs)
+
+
+def test_solve_starts_with_the_relaxations_and_keeps_their_bound():
+    # the analytic bound is 62; device 0's relaxation proves 64, the optimum, before the search
+    inst = load_instance(RELAX_WINS)
+    res = solve(inst, SolveOptions(time_limit=10, deterministic=True, workers=1,
+                                   memory_tiebreak=False))
+    info = res.schedule.meta["solver"]
+    assert max(r["bound"] for r in info["relax_first"]) == 64.0
+    assert res.relaxed_bound == 64.0 and res.analytic_bound == 62.0
+    assert res.schedule.meta["bounds"]["relaxed"] == 64.0
+    assert res.status == "optimal" and res.objective_value == res.lower_bound == 64.0
+    assert info["proof_time"] <= res.solve_time
+
+
+@pytest.mark.parametrize("data, options, max_ops", [
+    (RELAX_WINS, {"relax_first": False}, 800),  # not asked for
+    (RELAX_WINS, {}, 10),  # more ops than RELAX_FIRST_MAX_OPS
+    ({**RELAX_WINS, "devices": 4, "chunks": 1,
+      "memory": {**RELAX_WINS["memory"], "limit": 4.0}}, {}, 800),  # no multi-stage device
+])
+def test_solve_starts_with_the_relaxations_only_where_asked_and_useful(monkeypatch, data, options,
+                                                                       max_ops):
+    monkeypatch.setattr(api, "RELAX_FIRST_MAX_OPS", max_ops)
+    res = solve(load_instance(data), SolveOptions(time_limit=10, deterministic=True, workers=1,
+                                                  memory_tiebreak=False, **options))
+    assert "relax_first" not in res.schedule.meta["solver"] and res.relaxed_bound is None
+    assert res.status == "optimal"
+
+
+def test_solve_cli_reports_the_relaxed_bound_and_can_skip_it(tmp_path, capsys):
+    path = tmp_path / "relax-wins.yaml"
+    load_instance(RELAX_WINS).dump(path)
+    args = ["solve", str(path), "--deterministic", "--time-limit", "10", "--workers", "1",
+            "--no-memory-tiebreak"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["analytic_bound"], out["relaxed_bound"], out["lower_bound"]) == (62, 64, 64)
+    assert main([*args, "--json", "--no-relax-first"]) == 0
+    assert json.loads(capsys.readouterr().out)["relaxed_bound"] is None
+    assert main(args) == 0
+    assert "(analytic 62, relaxed 64, cp-sat" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("goal, status, value", [
+    (math.inf, "FEASIBLE", 90.0),  # every solution meets it: the first one ends the run
+    (None, "OPTIMAL", 89.0),  # no goal: CP-SAT goes on to its own proof
+])
+def test_a_solution_that_meets_the_goal_ends_the_search(goal, status, value):
+    # how a bound proven before the search ends the CP-SAT runs without being in their model
+    inst = unit_v(3, 12, 3)
+    scale = TimeScale.choose(inst)
+    progress = Progress(float(scale.time), "makespan")
+    progress.goal = goal
+    solver = new_solver(10, workers=1, seed=0, deterministic=True)
+    code = solver.solve(build_model(inst, "makespan", scale=scale).model, progress)
+    assert (solver.status_name(code), solver.objective_value / scale.time) == (status, value)
+    assert progress.reached == (goal is not None)

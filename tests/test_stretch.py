@@ -10,7 +10,7 @@ from zbsolve.graph import TaskGraph
 from zbsolve.instance import load_instance
 from zbsolve.schedule import split_backward
 from zbsolve.simulate import ScheduleError, validate
-from zbsolve.solver import SolveOptions, solve
+from zbsolve.solver import SolveOptions, relaxation, solve
 from zbsolve.solver.bounds import analytic_bound, serial_schedule
 from zbsolve.solver.stretch import reduced, reduced_sizes, stretched
 
@@ -100,17 +100,23 @@ def test_solve_is_proven_by_a_stretched_schedule():
         "solver"]
 
 
-def test_a_proven_reduced_optimum_short_of_the_bound_is_solved_again_with_other_seeds():
+def test_a_proven_reduced_optimum_short_of_the_bound_is_solved_again_with_other_seeds(
+        monkeypatch):
     # the bound (115) is far below the optimum (131): no stretch meets it, so the last m' is
     # solved again with the next seeds (another optimum may repeat better), twice at most
     inst = unit_v(3, 18, 3)
     assert reduced_sizes(inst) == [5, 6] and analytic_bound(inst, "span") == 115.0
+    relaxed_m = []  # the instances the relaxations first ran on: the whole one, not a reduced
+    keep = relaxation.quick_bound
+    monkeypatch.setattr(relaxation, "quick_bound",
+                        lambda inst, *a, **k: relaxed_m.append(inst.m) or keep(inst, *a, **k))
     res = solve(inst, SolveOptions(time_limit=10, workers=1, seed=0, deterministic=True,
                                    objective="span", memory_tiebreak=False))
     runs = res.schedule.meta["solver"]["stretch"]
     assert [(r["microbatches"], r["seed"]) for r in runs] == [(5, 0), (6, 0), (6, 1), (6, 2)]
     assert all(r["reduced_status"] == "optimal" and r["best"] == 131.0 for r in runs)
     assert res.status == "optimal" and res.objective_value == 131.0
+    assert relaxed_m == [18]
 
 
 def test_stretch_applies_only_to_plain_multi_stage_instances_with_a_steady_state():

@@ -86,6 +86,10 @@ STRETCH_RETRIES = 2
 # run stuck at SWITCH_AT of the budget (``_stuck``) gives the rest to a run with the bound
 # search (``_exact_phases``).
 SWITCH_AT, SWITCH_MAX_OPS, STUCK_TOL = 0.25, 800, 1e-6
+# Devices with several stages and limits, exact method, at most RELAX_FIRST_MAX_OPS ops: each
+# device's one-device relaxation for at most RELAX_FIRST_SLICE seconds, RELAX_FIRST_SHARE of
+# the budget in all, before the search (``_relax_first``)
+RELAX_FIRST_SHARE, RELAX_FIRST_SLICE, RELAX_FIRST_MAX_OPS = 0.1, 1.0, 800
 
 
 @dataclass
@@ -103,6 +107,9 @@ class SolveOptions:
     memory_tiebreak: bool = True  # second CP-SAT phase: least memory at the best step time
     relax: bool = False  # exact method, multi-stage devices: the one-device relaxation phase
     windows: bool = True  # exact method, multi-stage devices: the window search before CP-SAT
+    # exact method, multi-stage devices with limits, <= RELAX_FIRST_MAX_OPS ops: a short
+    # one-device relaxation each before the search, for a bound above the analytic one
+    relax_first: bool = True
     stretch: bool = True  # multi-stage devices, many microbatches: stretch.reduced_sizes
     # exact method: CP-SAT's full-problem worker searches the lower bound (lb_tree_search;
     # cpsat.BOUND_SEARCH_PARAMS), for proofs the default search does not reach
@@ -141,7 +148,7 @@ class SolveResult:
     sim: SimResult  # the simulator's verdict on ``schedule`` (figures come from here)
     status: str  # optimal | feasible | fallback
     objective_value: float  # simulator's makespan or max span
-    lower_bound: float  # max(analytic, cp-sat bound)
+    lower_bound: float  # max(analytic, relaxed, cp-sat bound)
     analytic_bound: float
     cpsat_bound: float | None
     gap: float  # (objective_value - lower_bound) / objective_value
@@ -150,6 +157,7 @@ class SolveResult:
     baseline_value: float | None
     baselines: list = field(default_factory=list)  # every BaselineResult, for tables
     history: list[tuple[float, float, float]] = field(default_factory=list)
+    relaxed_bound: float | None = None  # the one-device relaxations' before the search, if higher
 
 
 @dataclass
@@ -382,12 +390,24 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     if options.stretch and rel_gap(inc.sim.value(objective), analytic) > within:
         ran = _stretch_phase(inst, options, best, budget, progress, info, analytic)
         inc = best.best()
-    proven = rel_gap(inc.sim.value(objective), analytic) <= within
+    floor = analytic  # the best bound before the search
+    if (method == "exact" and rel_gap(inc.sim.value(objective), analytic) > within
+            and _relaxes_first(inst, options, n_ops)):
+        relaxed = _relax_first(inst, options, budget, info)
+        if relaxed is not None and relaxed > analytic:
+            # CP-SAT's runs stop at a schedule within --gap of it (``Progress.goal``); it is
+            # not put in their model, where it slowed their own bound (docs/solver.md)
+            floor = progress.floor = relaxed
+            progress.goal = relaxed / (1 - options.gap)
+            progress.note(inc.sim.value(objective), floor, "one-device relaxations")
+    named = ("the analytic lower bound" if floor == analytic
+             else "the bound of the one-device relaxations")
+    proven = rel_gap(inc.sim.value(objective), floor) <= within
     if proven:
         info["proof_time"] = budget.elapsed()
         what = "a stretched schedule" if inc.name.startswith("stretch-") else "the hint"
-        info["note"] = (f"{what} meets the analytic lower bound: optimal, solver not run"
-                        if rel_gap(inc.sim.value(objective), analytic) <= TOL
+        info["note"] = (f"{what} meets {named}: optimal, solver not run"
+                        if rel_gap(inc.sim.value(objective), floor) <= TOL
                         else f"{what} is within the requested gap: solver not run")
     elif budget.cp_left() <= 0:
         info["note"] = "no time left after the hand-made schedules; solver not run"
@@ -404,15 +424,17 @@ def solve(inst: Instance, options: SolveOptions | None = None,
             best.offer(_Candidate(found.name, found, validate(inst, found)), "large")
     else:
         if options.windows and _window_phase(inst, options, best, budget, progress, info,
-                                             analytic, within):
+                                             floor, within):
             info["proof_time"] = budget.elapsed()
-            info["note"] = "the window search met the analytic lower bound: CP-SAT not run"
+            info["note"] = f"the window search met {named}: CP-SAT not run"
         else:
             exact_ran, cp_bound = _exact_phases(inst, options, best, budget, progress, info)
             ran = ran or exact_ran
-        if info.get("cp_status") == "OPTIMAL":
+        if (info.get("cp_status") == "OPTIMAL"
+                or rel_gap(best.best().sim.value(objective), floor) <= within):
             info["proof_time"] = budget.elapsed()
-    bound = max(analytic, cp_bound if cp_bound is not None else -math.inf)
+    bound = max(floor, cp_bound if cp_bound is not None else -math.inf)
+    relaxed = floor if floor > analytic else None
     if options.memory_tiebreak and method == "exact":
         if options.gap > 0 and rel_gap(best.best().sim.value(objective), bound) <= options.gap:
             # the caller asked to stop at this gap, so the tie-break does not add its share
@@ -444,7 +466,8 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         "objective_value": value,
         "figures": chosen.sim.summary(),
         "memory": {"fullest": fullest, "sum_of_peaks": total},
-        "bounds": {"lower": lower, "analytic": analytic, "cpsat": cp_bound, "gap": gap},
+        "bounds": {"lower": lower, "analytic": analytic, "relaxed": relaxed,
+                   "cpsat": cp_bound, "gap": gap},
         "solve_time": elapsed,
         "baseline": None if best_hand is None else {
             "name": best_hand.name, "value": base_value, "figures": best_hand.result.summary()},
@@ -456,6 +479,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         lower_bound=lower, analytic_bound=analytic, cpsat_bound=cp_bound, gap=gap,
         solve_time=elapsed, baseline=best_hand.name if best_hand else None,
         baseline_value=base_value, baselines=baselines, history=progress.history,
+        relaxed_bound=relaxed,
     )
 
 
@@ -668,7 +692,8 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     budget gives way to the one-device relaxations (``relaxation.py``: a stronger bound, and
     the bottleneck device's order), then a run with the bottleneck's order kept, then CP-SAT
     again from the best schedule with the stronger bound (docs/solver.md, "One-device
-    relaxations"). Every phase's schedule is offered to ``best``.
+    relaxations"). Every phase's schedule is offered to ``best``. A run whose schedule meets
+    ``progress.goal`` (``_relax_first``) stops there, and so do the phases.
     Returns (whether CP-SAT ran, the best valid bound in instance units or None)."""
     from zbsolve.solver import relaxation
 
@@ -697,6 +722,8 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
         _offer_exact(inst, best, res, info, "exact")
     bounds = [res.bound]
     ran = res.schedule is not None
+    if progress.reached:
+        return ran, _max_bound(bounds)
     if switch and res.stopped and budget.cp_left() > 0:
         progress.note(best.best().sim.value(options.objective), _max_bound(bounds) or 0.0,
                       "bound stuck: bound search")
@@ -727,6 +754,41 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
         bounds.append(res.bound)
         ran = ran or res.schedule is not None
     return ran, _max_bound(bounds)
+
+
+def _relaxes_first(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
+    """Whether the solve starts with each device's relaxation (``_relax_first``): asked for, at
+    most RELAX_FIRST_MAX_OPS ops (above, a slice of a second rarely proves one) and a device
+    with several stages and a limit whose order the relaxation can give (``relaxation.applies``,
+    ``candidates``)."""
+    from zbsolve.solver import relaxation
+
+    return (options.relax_first and n_ops <= RELAX_FIRST_MAX_OPS
+            and bool(relaxation.candidates(inst)) and relaxation.applies(inst) is None)
+
+
+def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: dict[str, Any]
+                 ) -> float | None:
+    """Each candidate device's relaxation for a short slice (``relaxation.quick_bound``); returns
+    their best bound in instance units (None where it is not valid there: rounded memory,
+    ``_instance_bound``).
+
+    Why: one-device relaxations see a device's memory and stage order together, which the
+    analytic bound cannot, and most are proven in under a second; a bound that is right from
+    the start lets the window search or CP-SAT's first incumbent at the optimum end the solve,
+    where CP-SAT's own bound may take much of the limit to get there (random-18: 13 s after
+    its incumbent reached 170.5; docs/solver.md, "One-device relaxations first")."""
+    from zbsolve.solver import relaxation
+
+    scale = TimeScale.choose(inst)
+    share = min(budget.cp_left(), RELAX_FIRST_SHARE * budget.limit)
+    raw, runs = relaxation.quick_bound(
+        inst, options.objective, share, RELAX_FIRST_SLICE, scale=scale, workers=options.workers,
+        seed=options.seed, deterministic=options.deterministic, symmetry=options.symmetry,
+        memory_model=options.memory_model)
+    budget.cp_dtime += sum(r["dtime"] for r in runs)
+    info["relax_first"] = runs
+    return _instance_bound(raw, scale) if runs else None
 
 
 def _switches(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
@@ -847,9 +909,12 @@ def _stretch_from(inst: Instance, m_small: int, seconds: float, options: SolveOp
     # reduced schedule is for, not --bound-search's; and no window phase, which only delays
     # the proof there (m' = 12 of vmin/p8-m32, 60 s: proven in 10.1-10.3 s without it, 32.8-36.7 s
     # with it; of vhalf/p8-m32: 17.9-28.1 s against 25.1-39.3 s; results/multichunk, fifteenth pass)
+    # nor the relaxations first: the phase was measured and tuned without them, and each
+    # reduced solve would give them up to a tenth of its share
     sub = dataclasses.replace(options, time_limit=seconds, progress=False,
                               memory_tiebreak=False, gap=0.0, method="exact", bound_search=False,
-                              windows=False, seed=(options.seed + retry) % 2**31)
+                              windows=False, relax_first=False,
+                              seed=(options.seed + retry) % 2**31)
     small = solve(reduced(inst, m_small), sub)
     budget.cp_dtime += small.schedule.meta["solver"]["cp_dtime"]
     stats: dict[str, Any] = {"microbatches": m_small, "seed": sub.seed,

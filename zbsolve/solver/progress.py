@@ -17,6 +17,8 @@ from typing import TextIO
 
 from ortools.sat.python import cp_model
 
+GOAL_TOL = 1e-9  # relative: a value this close to ``Progress.goal`` meets it
+
 
 def rel_gap(value: float, bound: float) -> float:
     """(value - bound) / value, 0 when value is 0; never negative."""
@@ -36,6 +38,11 @@ class Progress(cp_model.CpSolverSolutionCallback):
         self.echo = echo
         self.stream = stream or sys.stderr
         self.floor = floor  # an external lower bound (analytic), in instance units
+        # a value good enough (instance units): a bound proven outside the model, or that bound
+        # widened by the caller's gap. The search stops at a solution that meets it
+        # (``reached``) rather than prove it again
+        self.goal: float | None = None
+        self.reached = False
         self.best_bound = floor  # the largest bound reported so far: what is proven
         self.t0 = time.perf_counter()
         self.history: list[tuple[float, float, float]] = []
@@ -58,6 +65,9 @@ class Progress(cp_model.CpSolverSolutionCallback):
         self.history.append((elapsed, value, bound))
         if self.echo:
             print(self.line(elapsed, value, bound), file=self.stream, flush=True)
+        if self.goal is not None and value <= self.goal * (1 + GOAL_TOL):
+            self.reached = True
+            self.stop_search()
 
     def on_bound(self, bound: float) -> None:
         """CP-SAT's ``best_bound_callback``: a line when the proven bound moves."""
