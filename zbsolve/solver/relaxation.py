@@ -119,10 +119,10 @@ def quick_bound(inst: Instance, objective: str, share: float, per_device: float,
     given the best bound so far. Returns that bound (model units, 0 if none) and one record per
     run.
 
-    Why before the search: most of these relaxations are proven in well under a second, and
-    on the random family of issue 18 they lift the bound of 14 instances out of 30, 5 of them
-    to the optimum (random-18: 169 -> 170.5 by device 1's relaxation in 0.6 s, where CP-SAT's
-    own bound took 13 s more than its incumbent to get there; docs/solver.md)."""
+    Why before the search: most of these relaxations are proven in well under a second; on
+    issue 18's random families they lift the bound of 12-14 of 30 instances (4-5 of them to
+    the optimum), and of 18 of the 30 near-serial ones (9 to the optimum: random-tight-05 3027
+    against an analytic 2742, in 0.2 s; docs/solver.md, "One-device relaxations first")."""
     t0, dtime, lower = time.perf_counter(), 0.0, 0
     runs: list[dict[str, Any]] = []
     for d in candidates(inst):
