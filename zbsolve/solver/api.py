@@ -758,9 +758,9 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
 
 def _relaxes_first(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
     """Whether the solve starts with each device's relaxation (``_relax_first``): asked for, at
-    most RELAX_FIRST_MAX_OPS ops (above, a slice of a second rarely proves one) and a device
-    with several stages and a limit whose order the relaxation can give (``relaxation.applies``,
-    ``candidates``)."""
+    most RELAX_FIRST_MAX_OPS ops (the range measured: the random families' instances; above
+    it a second per device was not tried) and a device with several stages and a limit that
+    the relaxation phase accepts (``relaxation.applies``, ``candidates``)."""
     from zbsolve.solver import relaxation
 
     return (options.relax_first and n_ops <= RELAX_FIRST_MAX_OPS
