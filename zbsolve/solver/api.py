@@ -785,7 +785,7 @@ def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: di
     raw, runs = relaxation.quick_bound(
         inst, options.objective, share, RELAX_FIRST_SLICE, scale=scale, workers=options.workers,
         seed=options.seed, deterministic=options.deterministic, symmetry=options.symmetry,
-        memory_model=options.memory_model)
+        memory_model=options.memory_model, params=options.cp_params)
     budget.cp_dtime += sum(r["dtime"] for r in runs)
     info["relax_first"] = runs
     return _instance_bound(raw, scale) if runs else None

@@ -112,12 +112,12 @@ def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
 
 def quick_bound(inst: Instance, objective: str, share: float, per_device: float, *,
                 scale: TimeScale, workers: int = 2, seed: int = 0, deterministic: bool = False,
-                symmetry: bool = True, memory_model: str = "cumulative"
-                ) -> tuple[int, list[dict[str, Any]]]:
+                symmetry: bool = True, memory_model: str = "cumulative",
+                params: dict[str, Any] | None = None) -> tuple[int, list[dict[str, Any]]]:
     """Every candidate's relaxation for at most ``per_device`` seconds, ``share`` in all (wall
     seconds, model building included; deterministic: CP-SAT's deterministic seconds), each
-    given the best bound so far. Returns that bound (model units, 0 if none) and one record per
-    run.
+    given the best bound so far (``params``: as ``relax_device``'s). Returns that bound (model
+    units, 0 if none) and one record per run.
 
     Why before the search: most of these relaxations are proven in well under a second; on
     issue 18's random families they lift the bound of 12-14 of 30 instances (4-5 of them to
@@ -131,7 +131,8 @@ def quick_bound(inst: Instance, objective: str, share: float, per_device: float,
             break
         r = relax_device(inst, objective, d, min(left, per_device), scale=scale,
                          workers=workers, seed=seed, deterministic=deterministic,
-                         lower_bound=lower, symmetry=symmetry, memory_model=memory_model)
+                         lower_bound=lower, symmetry=symmetry, memory_model=memory_model,
+                         params=params)
         dtime += r.dtime
         lower = max(lower, r.bound)
         runs.append({"device": d, "bound": r.bound / scale.time, "proven": r.proven,
