@@ -125,7 +125,7 @@ def test_solve_runs_the_phase_only_when_asked_and_useful(monkeypatch, data, rela
 def test_the_quick_bound_never_exceeds_a_proven_optimum(inst, objective):
     scale = TimeScale.choose(inst)
     raw, runs = relaxation.quick_bound(inst, objective, 10.0, 2.0, scale=scale, workers=1)
-    assert [r["device"] for r in runs] == relaxation.candidates(inst)
+    assert [r.device for r in runs] == relaxation.candidates(inst)
     assert raw / scale.time <= optimum(inst, objective, **UNREDUCED) + 1e-9
 
 
@@ -136,7 +136,7 @@ def test_the_quick_bound_keeps_to_its_share():
     assert (raw, runs) == (0, [])  # no time: no run, no bound
     raw, runs = relaxation.quick_bound(inst, "makespan", 5.0, 1.0, scale=scale, workers=1,
                                        deterministic=True)
-    assert raw / scale.time == 64.0 and all(r["dtime"] <= 1.0 + 1e-6 for r in runs)
+    assert raw / scale.time == 64.0 and all(r.dtime <= 1.0 + 1e-6 for r in runs)
 
 
 def test_solve_starts_with_the_relaxations_and_keeps_their_bound():

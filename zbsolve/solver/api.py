@@ -393,12 +393,12 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     floor = analytic  # the best bound before the search
     if (method == "exact" and rel_gap(inc.sim.value(objective), analytic) > within
             and _relaxes_first(inst, options, n_ops)):
-        relaxed = _relax_first(inst, options, budget, info)
-        if relaxed is not None and relaxed > analytic:
+        lifted = _relax_first(inst, options, budget, info)
+        if lifted is not None and lifted > analytic:
             # CP-SAT's runs stop at a schedule within --gap of it (``Progress.goal``); it is
             # not put in their model, where it slowed their own bound (docs/solver.md)
-            floor = progress.floor = relaxed
-            progress.goal = relaxed / (1 - options.gap)
+            floor = progress.floor = lifted
+            progress.goal = lifted / (1 - options.gap)
             progress.note(inc.sim.value(objective), floor, "one-device relaxations")
     named = ("the analytic lower bound" if floor == analytic
              else "the bound of the one-device relaxations")
@@ -786,8 +786,10 @@ def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: di
         inst, options.objective, share, RELAX_FIRST_SLICE, scale=scale, workers=options.workers,
         seed=options.seed, deterministic=options.deterministic, symmetry=options.symmetry,
         memory_model=options.memory_model, params=options.cp_params)
-    budget.cp_dtime += sum(r["dtime"] for r in runs)
-    info["relax_first"] = runs
+    budget.cp_dtime += sum(r.dtime for r in runs)
+    info["relax_first"] = [{"device": r.device, "bound": r.bound / scale.time,
+                            "proven": r.proven, "seconds": r.seconds, "dtime": r.dtime}
+                           for r in runs]
     return _instance_bound(raw, scale) if runs else None
 
 
@@ -980,36 +982,32 @@ def _relaxations(inst: Instance, options: SolveOptions, best: _Best, budget: Bud
         spent = budget.cp_dtime - dtime0 if options.deterministic else budget.elapsed() - t0
         return share - spent
 
-    def run(d: int, seconds: float, round_: int) -> bool:
-        """One relaxation; True when it was proven."""
-        nonlocal lower
-        r = relaxation.relax_device(inst, options.objective, d, seconds, scale=scale,
-                                    workers=options.workers, seed=options.seed,
-                                    deterministic=options.deterministic, lower_bound=lower,
-                                    symmetry=options.symmetry, memory_model=options.memory_model)
+    def keep(r: relaxation.Relaxation, round_: int) -> None:
         budget.cp_dtime += r.dtime
-        runs.append({"device": d, "round": round_, "bound": r.bound / scale.time,
+        runs.append({"device": r.device, "round": round_, "bound": r.bound / scale.time,
                      "value": None if r.value is None else r.value / scale.time,
                      "proven": r.proven, "seconds": r.seconds})
-        lower = max(lower, r.bound)
-        if r.value is not None and (d not in seen or r.value < seen[d][0]):
-            seen[d] = (r.value, list(r.order))
-        return r.proven
+        if r.value is not None and (r.device not in seen or r.value < seen[r.device][0]):
+            seen[r.device] = (r.value, list(r.order))
 
+    kw = dict(scale=scale, workers=options.workers, seed=options.seed,
+              deterministic=options.deterministic, symmetry=options.symmetry,
+              memory_model=options.memory_model)
     # Round 1: a short slice each (most relaxations are proven at the bound at once); round 2:
     # what is left, evenly, to those not proven (their runs start again from scratch).
-    devs = relaxation.candidates(inst)
-    slice_ = share / (2 * len(devs))
-    open_ = []
-    for d in devs:
-        if left() <= 0:
-            break
-        if not run(d, min(left(), slice_), 1):
-            open_.append(d)
+    slice_ = share / (2 * len(relaxation.candidates(inst)))
+    lower, first = relaxation.quick_bound(inst, options.objective, share, slice_, lower=lower,
+                                          **kw)
+    for r in first:
+        keep(r, 1)
+    open_ = [r.device for r in first if not r.proven]
     for i, d in enumerate(open_):
         if left() <= 0:
             break
-        run(d, left() / (len(open_) - i), 2)
+        r = relaxation.relax_device(inst, options.objective, d, left() / (len(open_) - i),
+                                    lower_bound=lower, **kw)
+        keep(r, 2)
+        lower = max(lower, r.bound)
     # the bottleneck: the device whose relaxation needs the longest schedule (shifting
     # bottleneck); none when every relaxation's schedule is at the bound it was given (then
     # no device binds more than the bound already says)

@@ -111,20 +111,22 @@ def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
 
 
 def quick_bound(inst: Instance, objective: str, share: float, per_device: float, *,
-                scale: TimeScale, workers: int = 2, seed: int = 0, deterministic: bool = False,
-                symmetry: bool = True, memory_model: str = "cumulative",
-                params: dict[str, Any] | None = None) -> tuple[int, list[dict[str, Any]]]:
+                scale: TimeScale, lower: int = 0, workers: int = 2, seed: int = 0,
+                deterministic: bool = False, symmetry: bool = True,
+                memory_model: str = "cumulative", params: dict[str, Any] | None = None
+                ) -> tuple[int, list[Relaxation]]:
     """Every candidate's relaxation for at most ``per_device`` seconds, ``share`` in all (wall
     seconds, model building included; deterministic: CP-SAT's deterministic seconds), each
-    given the best bound so far (``params``: as ``relax_device``'s). Returns that bound (model
-    units, 0 if none) and one record per run.
+    given the best bound so far, from ``lower`` (model units; ``params``: as
+    ``relax_device``'s). Returns that bound and the relaxations, in the order they ran.
 
     Why before the search: most of these relaxations are proven in well under a second; on
     issue 18's random families they lift the bound of 12-14 of 30 instances (4-5 of them to
     the optimum), and of 18 of the 30 near-serial ones (9 to the optimum: random-tight-05 3027
-    against an analytic 2742, in 0.2 s; docs/solver.md, "One-device relaxations first")."""
-    t0, dtime, lower = time.perf_counter(), 0.0, 0
-    runs: list[dict[str, Any]] = []
+    against an analytic 2742, in 0.2 s; docs/solver.md, "One-device relaxations first").
+    The relaxation phase's first round is the same pass with a shorter slice."""
+    t0, dtime = time.perf_counter(), 0.0
+    runs: list[Relaxation] = []
     for d in candidates(inst):
         left = share - (dtime if deterministic else time.perf_counter() - t0)
         if left <= 0:
@@ -135,6 +137,5 @@ def quick_bound(inst: Instance, objective: str, share: float, per_device: float,
                          params=params)
         dtime += r.dtime
         lower = max(lower, r.bound)
-        runs.append({"device": d, "bound": r.bound / scale.time, "proven": r.proven,
-                     "seconds": r.seconds, "dtime": r.dtime})
+        runs.append(r)
     return lower, runs
