@@ -992,7 +992,7 @@ def _relaxations(inst: Instance, options: SolveOptions, best: _Best, budget: Bud
 
     kw = dict(scale=scale, workers=options.workers, seed=options.seed,
               deterministic=options.deterministic, symmetry=options.symmetry,
-              memory_model=options.memory_model)
+              memory_model=options.memory_model, params=options.cp_params)
     # Round 1: a short slice each (most relaxations are proven at the bound at once); round 2:
     # what is left, evenly, to those not proven (their runs start again from scratch).
     slice_ = share / (2 * len(relaxation.candidates(inst)))
