@@ -30,6 +30,15 @@ RELAX_WINS = {
     "memory": {"activation": [1.0, 1.0, 2.0, 2.0], "weight": [0.5, 0.5, 1.0, 1.0],
                "limit": [3.0, 4.0]}}
 
+# found by a search over random three-device loop instances (m = 4, limits at or near their
+# minimum): every single device's relaxation is proven at 144 at most; devices 1 and 2 kept
+# together prove 147, the optimum (analytic bound 134)
+PAIR_WINS = {
+    "devices": 3, "microbatches": 4, "chunks": 2, "placement": "loop",
+    "times": {"F": [1, 1, 4, 4, 3, 3], "I": [4, 3, 4, 1, 4, 4], "W": [2, 1, 3, 2, 4, 4]},
+    "comm": 1, "memory": {"activation": [1.0, 2.0, 1.0, 2.0, 1.0, 2.0],
+                          "weight": [0.5, 1.0, 0.5, 0.0, 0.5, 0.0], "limit": [4.0, 4.0, 3.0]}}
+
 
 def relax_bounds(inst, objective):
     scale = TimeScale.choose(inst)
@@ -47,6 +56,21 @@ def test_relaxation_proves_the_optimum_where_the_analytic_bound_does_not():
     # the relaxation's order is the device's ops, each once
     top = runs[bounds.index(64.0)]
     assert sorted(top.order) == sorted(relaxation.TaskGraph(inst).device_ops(top.device))
+
+
+def test_a_pair_of_devices_proves_what_no_single_device_does():
+    inst = load_instance(PAIR_WINS)
+    assert analytic_bound(inst) == 134.0
+    bounds, runs = relax_bounds(inst, "makespan")
+    assert max(bounds) == 144.0 and all(r.proven for r in runs)
+    scale = TimeScale.choose(inst)
+    pair = relaxation.relax_device(inst, "makespan", 1, 20, scale=scale, also=(2,), workers=1,
+                                   seed=0)
+    assert pair.proven and pair.bound / scale.time == 147.0 and pair.also == (2,)
+    assert optimum(inst, "makespan", **UNREDUCED) == pytest.approx(147.0)
+    # its order is device 1's ops alone; the overload names the one device left out
+    assert sorted(pair.order) == sorted(relaxation.TaskGraph(inst).device_ops(1))
+    assert [d for d, _ in pair.overload] == [0]
 
 
 def test_relaxation_takes_cp_sat_parameters():
@@ -137,6 +161,39 @@ def test_the_quick_bound_keeps_to_its_share():
     raw, runs = relaxation.quick_bound(inst, "makespan", 5.0, 1.0, scale=scale, workers=1,
                                        deterministic=True)
     assert raw / scale.time == 64.0 and all(r.dtime <= 1.0 + 1e-6 for r in runs)
+
+
+def test_the_quick_bound_stops_once_its_bound_proves_the_callers_schedule():
+    inst = load_instance(RELAX_WINS)
+    scale = TimeScale.choose(inst)
+    assert relaxation.quick_bound(inst, "makespan", 5.0, 1.0, scale=scale, workers=1,
+                                  done=lambda raw: True) == (0, [])
+    # device 0 (first of the candidates) proves 64: device 1 is not run
+    raw, runs = relaxation.quick_bound(inst, "makespan", 5.0, 1.0, scale=scale, workers=1,
+                                       done=lambda raw: raw >= 64 * scale.time)
+    assert raw / scale.time == 64.0 and [r.device for r in runs] == [0]
+
+
+def test_overlap_is_the_work_that_runs_under_other_work():
+    assert relaxation._overlap([]) == 0
+    assert relaxation._overlap([(0, 4), (4, 6)]) == 0  # one after the other
+    assert relaxation._overlap([(0, 4), (2, 6), (10, 12)]) == 2  # 10 of work, 8 covered
+    assert relaxation._overlap([(0, 10), (1, 2), (3, 4)]) == 2  # nested
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(tiny_multichunk().filter(lambda inst: inst.devices == 3),
+       st.sampled_from(["makespan", "span"]))
+def test_pair_relaxation_bounds_never_exceed_a_proven_optimum(inst, objective):
+    best = optimum(inst, objective, **UNREDUCED)
+    scale = TimeScale.choose(inst)
+    for d, e in ((0, 1), (0, 2), (1, 2)):
+        r = relaxation.relax_device(inst, objective, d, 20, scale=scale, also=(e,), workers=1,
+                                    seed=0)
+        assert r.also == (e,) and r.bound / scale.time <= best + 1e-9
+        # the overload is reported for the one device left out
+        assert [x for x, _ in r.overload] == ([3 - d - e] if r.value is not None else [])
 
 
 def test_solve_starts_with_the_relaxations_and_keeps_their_bound():

@@ -393,7 +393,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     floor = analytic  # the best bound before the search
     if (method == "exact" and rel_gap(inc.sim.value(objective), analytic) > within
             and _relaxes_first(inst, options, n_ops)):
-        lifted = _relax_first(inst, options, budget, info)
+        lifted = _relax_first(inst, options, budget, info, inc.sim.value(objective), within)
         if lifted is not None and lifted > analytic:
             # CP-SAT's runs stop at a schedule within --gap of it (``Progress.goal``); it is
             # not put in their model, where it slowed their own bound (docs/solver.md)
@@ -767,11 +767,11 @@ def _relaxes_first(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
             and bool(relaxation.candidates(inst)) and relaxation.applies(inst) is None)
 
 
-def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: dict[str, Any]
-                 ) -> float | None:
-    """Each candidate device's relaxation for a short slice (``relaxation.quick_bound``); returns
-    their best bound in instance units (None where it is not valid there: rounded memory,
-    ``_instance_bound``).
+def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: dict[str, Any],
+                 incumbent: float, within: float) -> float | None:
+    """Each candidate device's relaxation for a short slice (``relaxation.quick_bound``), until
+    their bound proves ``incumbent`` within ``within``; returns their best bound in instance
+    units (None where it is not valid there: rounded memory, ``_instance_bound``).
 
     Why: one-device relaxations see a device's memory and stage order together, which the
     analytic bound cannot, and most are proven in under a second; a bound that is right from
@@ -782,9 +782,15 @@ def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: di
 
     scale = TimeScale.choose(inst)
     share = min(budget.cp_left(), RELAX_FIRST_SHARE * budget.limit)
+
+    def done(raw: int) -> bool:
+        bound = _instance_bound(raw, scale)
+        return bound is not None and rel_gap(incumbent, bound) <= within
+
     raw, runs = relaxation.quick_bound(
-        inst, options.objective, share, RELAX_FIRST_SLICE, scale=scale, workers=options.workers,
-        seed=options.seed, deterministic=options.deterministic, symmetry=options.symmetry,
+        inst, options.objective, share, RELAX_FIRST_SLICE, scale=scale, done=done,
+        workers=options.workers, seed=options.seed,
+        deterministic=options.deterministic, symmetry=options.symmetry,
         memory_model=options.memory_model, params=options.cp_params)
     budget.cp_dtime += sum(r.dtime for r in runs)
     info["relax_first"] = [{"device": r.device, "bound": r.bound / scale.time,

@@ -15,6 +15,12 @@ the relaxation (it only lost constraints), so the relaxation's optimum, and any 
 proves on it, is at most the instance's optimum. It is much easier to prove: on random-01 the
 relaxation of device 0 is proven at 1398 in 6-10 s.
 
+Keeping two devices exact (``also``) is a relaxation too, and a stronger one: the pair's
+optimum is at least each one's. It sees what neither device sees alone, a microbatch that waits
+on one device while the other has nothing to do; on issue 18's random family the top device
+paired with the one its relaxation overloads most proves random-05's and random-06's optima
+(307 and 423, against 294 and 416 for the best single device) in under 5 s (docs/solver.md).
+
 Its solution is also a start for the search: the order it gives the device whose relaxation is
 highest (the bottleneck) can be imposed on the full model, which then decides the other devices
 around it (``api.py``, the bottleneck phase: random-01 1751 -> 1462).
@@ -23,6 +29,7 @@ around it (``api.py``, the bottleneck phase: random-01 1751 -> 1462).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +55,10 @@ class Relaxation:
     order: tuple[Op, ...]
     seconds: float  # wall
     dtime: float  # CP-SAT's deterministic time
+    also: tuple[int, ...] = ()  # devices kept exact with ``device`` (a pair relaxation)
+    # (device, model time its ops overlap one another in the relaxation's best solution), for
+    # each device left out, the most overloaded first: the partner to try for a pair
+    overload: tuple[tuple[int, int], ...] = ()
 
 
 def applies(inst: Instance) -> str | None:
@@ -74,21 +85,21 @@ def candidates(inst: Instance) -> list[int]:
 
 
 def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
-                 scale: TimeScale, workers: int = 2, seed: int = 0, deterministic: bool = False,
-                 lower_bound: int = 0, symmetry: bool = True,
+                 scale: TimeScale, also: tuple[int, ...] = (), workers: int = 2, seed: int = 0,
+                 deterministic: bool = False, lower_bound: int = 0, symmetry: bool = True,
                  memory_model: str = "cumulative",
                  params: dict[str, Any] | None = None) -> Relaxation:
-    """Solve the relaxation of ``device`` for at most ``seconds`` (module docstring), with the
-    objective at or above ``lower_bound`` (model units, a bound proven elsewhere);
-    ``params``: CP-SAT parameters on top of the exact model's (the relaxation phase passes
-    none; ``results/multichunk/relax_probe.py`` passes its own).
+    """Solve the relaxation of ``device`` (and of the devices ``also``, kept exact with it) for
+    at most ``seconds`` (module docstring), with the objective at or above ``lower_bound``
+    (model units, a bound proven elsewhere); ``params``: CP-SAT parameters on top of the exact
+    model's (``results/multichunk/relax_probe.py`` passes its own).
 
     No hint, upper bound or horizon from a known schedule, though each would keep the bound
     valid: each kept CP-SAT from proving random-01's device-0 relaxation (1398 in 9 s
     without; 1243-1275 after 10 s with one, docs/solver.md)."""
     from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
 
-    others = [d for d in range(inst.devices) if d != device]
+    others = [d for d in range(inst.devices) if d != device and d not in also]
     sm = build_model(inst, objective, scale=scale, symmetry=symmetry, memory_model=memory_model,
                      relaxed=others, lower_bound=lower_bound)
     solver = new_solver(seconds, workers=workers, seed=seed, deterministic=deterministic,
@@ -98,27 +109,46 @@ def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
         # infeasible (only where rounded memory makes the model stricter than the instance) or
         # an invalid model: nothing learnt, the caller's bound stands
         return Relaxation(device, int(lower_bound), None, False, (), solver.wall_time,
-                          solver.deterministic_time)
+                          solver.deterministic_time, also)
     bound = int(round(solver.best_objective_bound))
     order: tuple[Op, ...] = ()
+    overload: tuple[tuple[int, int], ...] = ()
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         starts = sm.starts(solver)
         order = tuple(sorted((op for op in sm.graph.device_ops(device)),
                              key=lambda op: (starts[op], op)))
+        over = {d: _overlap([(starts[op], starts[op] + sm.duration(op))
+                             for op in sm.graph.device_ops(d)]) for d in others}
+        overload = tuple(sorted(over.items(), key=lambda kv: (-kv[1], kv[0])))
     value = int(round(solver.objective_value)) if order else None
     return Relaxation(device, max(bound, int(lower_bound)), value, code == cp_model.OPTIMAL,
-                      order, solver.wall_time, solver.deterministic_time)
+                      order, solver.wall_time, solver.deterministic_time, also, overload)
+
+
+def _overlap(spans: list[tuple[int, int]]) -> int:
+    """How much of the intervals' total length lies under another one: their lengths minus
+    the length of their union (0 for intervals one after the other)."""
+    union, lo, hi = 0, None, None
+    for a, b in sorted(spans):
+        if hi is None or a > hi:
+            union += 0 if hi is None else hi - lo
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    union += 0 if hi is None else hi - lo
+    return sum(b - a for a, b in spans) - union
 
 
 def quick_bound(inst: Instance, objective: str, share: float, per_device: float, *,
-                scale: TimeScale, lower: int = 0, workers: int = 2, seed: int = 0,
-                deterministic: bool = False, symmetry: bool = True,
-                memory_model: str = "cumulative", params: dict[str, Any] | None = None
-                ) -> tuple[int, list[Relaxation]]:
+                scale: TimeScale, lower: int = 0, done: Callable[[int], bool] | None = None,
+                workers: int = 2, seed: int = 0, deterministic: bool = False,
+                symmetry: bool = True, memory_model: str = "cumulative",
+                params: dict[str, Any] | None = None) -> tuple[int, list[Relaxation]]:
     """Every candidate's relaxation for at most ``per_device`` seconds, ``share`` in all (wall
     seconds, model building included; deterministic: CP-SAT's deterministic seconds), each
     given the best bound so far, from ``lower`` (model units; ``params``: as
-    ``relax_device``'s). Returns that bound and the relaxations, in the order they ran.
+    ``relax_device``'s), until ``done(bound)`` (the bound proves the caller's schedule: no
+    relaxation can add to that). Returns the bound and the relaxations, in the order they ran.
 
     Why before the search: most of these relaxations are proven in well under a second; on
     issue 18's random families they lift the bound of 12-14 of 30 instances (4-5 of them to
@@ -129,7 +159,7 @@ def quick_bound(inst: Instance, objective: str, share: float, per_device: float,
     runs: list[Relaxation] = []
     for d in candidates(inst):
         left = share - (dtime if deterministic else time.perf_counter() - t0)
-        if left <= 0:
+        if left <= 0 or (done is not None and done(lower)):
             break
         r = relax_device(inst, objective, d, min(left, per_device), scale=scale,
                          workers=workers, seed=seed, deterministic=deterministic,
