@@ -43,7 +43,11 @@ def main(argv: list[str]) -> int:
 
         runs = [relaxation.relax_device(inst, "makespan", d, single, scale=scale)
                 for d in relaxation.candidates(inst)]
-        top = max((r for r in runs if r.value is not None), key=lambda r: (r.value, r.bound))
+        solved = [r for r in runs if r.value is not None]
+        if not solved:
+            print(name, "no relaxation found a schedule in", single, "s: no top device")
+            continue
+        top = max(solved, key=lambda r: (r.value, r.bound))
         print(name, f"analytic={analytic_bound(inst, 'makespan'):.1f}",
               " ".join(f"{r.device}:{units(r.bound)}{'*' if r.proven else ''}" for r in runs),
               f"top={top.device} ({units(top.value)})", flush=True)
