@@ -209,6 +209,23 @@ def test_solve_starts_with_the_relaxations_and_keeps_their_bound():
     assert info["proof_time"] <= res.solve_time
 
 
+@pytest.mark.parametrize("near, ran", [(1.0, True), (0.0, False)])
+def test_solve_keeps_a_pair_only_where_the_incumbent_is_near_the_bound(monkeypatch, near, ran):
+    # the relaxations first prove 144 (device 1, the top); with the incumbent "near" it, device
+    # 1 kept with device 2 (the one its relaxation overloads most) proves 147, the optimum
+    monkeypatch.setattr(api, "PAIR_NEAR", near)
+    res = solve(load_instance(PAIR_WINS), SolveOptions(time_limit=20, deterministic=True,
+                                                       workers=1, memory_tiebreak=False))
+    info = res.schedule.meta["solver"]
+    assert max(r["bound"] for r in info["relax_first"]) == 144.0
+    assert res.status == "optimal" and res.objective_value == 147.0
+    if ran:
+        assert info["relax_pair"]["devices"] == [1, 2] and info["relax_pair"]["bound"] == 147.0
+        assert res.relaxed_bound == 147.0
+    else:
+        assert "relax_pair" not in info and res.relaxed_bound == 144.0
+
+
 @pytest.mark.parametrize("data, options, max_ops", [
     (RELAX_WINS, {"relax_first": False}, 800),  # not asked for
     (RELAX_WINS, {}, 10),  # more ops than RELAX_FIRST_MAX_OPS

@@ -19,9 +19,10 @@ Keeping two devices exact (``also``) is a relaxation too, and a stronger one: th
 optimum is at least each one's. It sees what neither device sees alone, a microbatch that waits
 on one device while the other has nothing to do; on issue 18's random family the top device
 paired with the one its relaxation overloads most proves random-05's and random-06's optima
-(307 and 423, against 294 and 416 for the best single device) in under 5 s. ``solve`` does
-not run pairs: where they were tried (after the relaxations first, in the ``--relax`` phase)
-they cost more proof time than they saved (docs/solver.md, "Two devices kept").
+(307 and 423, against 294 and 416 for the best single device) in under 5 s. ``solve`` runs
+one pair only where its incumbent is already near the bound (``api._pair_near``): run before
+every search, or in the ``--relax`` phase, pairs cost more proof time than they saved
+(docs/solver.md, "Two devices kept").
 
 Its solution is also a start for the search: the order it gives the device whose relaxation is
 highest (the bottleneck) can be imposed on the full model, which then decides the other devices
