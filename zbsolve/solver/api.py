@@ -90,9 +90,9 @@ SWITCH_AT, SWITCH_MAX_OPS, STUCK_TOL = 0.25, 800, 1e-6
 # device's one-device relaxation for at most RELAX_FIRST_SLICE seconds, RELAX_FIRST_SHARE of
 # the budget in all, before the search (``_relax_first``)
 RELAX_FIRST_SHARE, RELAX_FIRST_SLICE, RELAX_FIRST_MAX_OPS = 0.1, 1.0, 800
-# Where the incumbent is within PAIR_NEAR of that bound before CP-SAT (a proof that waits for the
-# bound, not the schedule), the top device kept with its most overloaded partner, PAIR_SHARE of
-# the budget (``_pair_near``)
+# Where the incumbent is within PAIR_NEAR of that bound before CP-SAT (by our reasoning, not
+# measured on its own, a proof that waits for the bound rather than the schedule), the top
+# device kept with its most overloaded partner, PAIR_SHARE of the budget (``_pair_near``)
 PAIR_NEAR, PAIR_SHARE = 0.02, 0.15
 
 
