@@ -34,6 +34,11 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 1
     family = {i.name: i for tight in (False, True) for i in random_family(tight=tight)}
+    unknown = [name for name in names if name not in family]
+    if unknown:
+        print(f"pair_survey.py: no instance {', '.join(unknown)} in the random families "
+              "(random-00 .. random-29, random-tight-00 .. random-tight-29)", file=sys.stderr)
+        return 1
     for name in names:
         inst = family[name]
         scale = TimeScale.choose(inst)

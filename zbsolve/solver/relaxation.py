@@ -47,9 +47,10 @@ from zbsolve.solver.model import TimeScale, build_model
 
 @dataclass(frozen=True)
 class Relaxation:
-    """The relaxation of one device, solved. ``bound`` (model units) is a lower bound on the
-    instance's objective in the scaled model; ``order`` the device's ops in the relaxation's
-    best solution, empty if none was found."""
+    """The relaxation of one device (with ``also``: of it and those devices), solved.
+    ``bound`` (model units) is a lower bound on the instance's objective in the scaled model;
+    ``order`` the ops of ``device`` in the relaxation's best solution, empty if none was
+    found."""
 
     device: int
     bound: int
