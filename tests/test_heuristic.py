@@ -144,3 +144,18 @@ def test_variants_are_recorded_and_best_is_kept():
     assert result.max_span == pytest.approx(min(tried))
     one = greedy(inst, GreedyParams(cap=1.0))
     assert validate(inst, one).max_span >= result.max_span - 1e-9
+
+
+def test_the_bankers_test_at_one_warm_up_depth_brings_v_half_p16_near_its_bound():
+    """V-Half at p = 16, m = 32 (the bench row): bound 210; the variants before the cap of one
+    warm-up depth under the banker's test reached 227 at best (results/multichunk, eighteenth
+    pass)."""
+    from zbsolve.bench import build_cases
+    from zbsolve.solver.bounds import analytic_bound
+
+    inst = next(c.inst for c in build_cases() if c.id == "vhalf/p16-m32")
+    assert analytic_bound(inst, "span") == pytest.approx(210)
+    _, result = heuristic_schedule(inst, "span")
+    assert result.max_span <= 212
+    alone = validate(inst, greedy(inst, GreedyParams(cap=1.0, w_policy="fill", safe=True)))
+    assert alone.max_span == pytest.approx(212)

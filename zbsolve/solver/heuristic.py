@@ -397,10 +397,14 @@ def default_variants(inst: Instance) -> list[GreedyParams]:
         out += [GreedyParams(w_policy="fit", reserve=False),
                 GreedyParams(w_policy="fit", i_pick="deep", reserve=False)]
     # One stage per device: the reservation is as tight; the banker's test costs (microbatches
-    # in flight)^2 per forward. Not with segments: measured only on whole units.
+    # in flight)^2 per forward. Not with segments: measured only on whole units. The cap of one
+    # warm-up depth first: with the banker's test it is what gives V-Half at p = 16 a schedule
+    # near its bound (m = 32: 212 against 227 without it, bound 210), and it starts several
+    # random multi-chunk instances lower (random-25: 541 against 600; results/multichunk,
+    # eighteenth pass).
     if inst.chunks > 1 and not big and inst.segments == 1:
         out += [GreedyParams(cap=cap, w_policy=w, i_pick=i, safe=True)
-                for cap in (None, 2.0) for w in ("fit", "fill") for i in ("mb", "deep")]
+                for cap in (1.0, None, 2.0) for w in ("fit", "fill") for i in ("mb", "deep")]
     unique = list(dict.fromkeys(out))
     return unique
 
