@@ -61,6 +61,10 @@ from zbsolve.solver.ranking import memory_key, rank_key
 METHODS = ("auto", "exact", "large")
 PAIRED_CANDIDATES, PAIRING_SECONDS = 2, 1.0  # overlap instances: candidates given F&B pairs
 EXACT_MAX_OPS = 2500  # auto: above this many ops the monolithic model stalls on 2 cores
+# auto, plain instances whose devices hold several stages, a limit of at least
+# STAGES_EXACT_MIN_SECONDS: the monolithic model, hinted with the best start, up to this many
+# ops (the largest measured: V-Min / V-Half p = 16, m = 128; ``_auto_method``)
+STAGES_EXACT_MAX_OPS, STAGES_EXACT_MIN_SECONDS = 12288, 60.0
 TOL = 1e-9
 BOUND_SHARE = 0.2  # of the budget, at most, for the analytic bound (else the quick bound)
 HAND_MADE_SHARE = 0.3  # of the budget, at most, for the hand-made families and the hints
@@ -372,7 +376,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     n_ops = TaskGraph(inst).count()
     method = options.method
     if method == "auto":
-        method = "exact" if n_ops <= EXACT_MAX_OPS else "large"
+        method = _auto_method(inst, n_ops, options.time_limit)
     info: dict[str, Any] = {"method": method, "ops": n_ops}
     if method == "large" and inst.offers_modes:
         info["note_modes"] = ("the large-instance method keeps the memory modes of the best "
@@ -595,6 +599,9 @@ def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=Non
     from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS, EXACT_MODEL_PARAMS, new_solver
 
     search = BOUND_SEARCH_PARAMS if bound_search else {}
+    # the caller's seconds were counted before it built the model, which takes wall time too
+    # (seconds at 10,000 ops): the run gets no more than is left, so the solve ends in its limit
+    seconds = min(seconds, budget.cp_left())
     solver = new_solver(seconds, workers=options.workers, seed=options.seed,
                         deterministic=options.deterministic, gap=options.gap,
                         extra={**EXACT_MODEL_PARAMS, **search, **options.cp_params})
@@ -770,6 +777,32 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
         bounds.append(res.bound)
         ran = ran or res.schedule is not None
     return ran, _max_bound(bounds)
+
+
+def _auto_method(inst: Instance, n_ops: int, time_limit: float) -> str:
+    """The method ``auto`` picks: exact up to EXACT_MAX_OPS ops, and up to STAGES_EXACT_MAX_OPS
+    on plain instances whose devices hold several stages (no memory modes to choose, no
+    overlapped pairs: the model has one interval per op) given at least
+    STAGES_EXACT_MIN_SECONDS; large otherwise.
+
+    Why the second limit: where one device holds several stages the window search of the large
+    method rarely moves the best start, while CP-SAT on the whole model, hinted with it, still
+    improves it at 3,000-12,000 ops (120 s, 2 cores: V-Min p = 16 from 251 to 247 at m = 32,
+    443 to 437 at m = 64, 827 to 825 at m = 128; V-Half p = 16, m = 64 proven at 402 in 38 s
+    against 404; ZB-V p = 16, m = 48 and p = 24, m = 72 the same either way; results/multichunk,
+    nineteenth pass). The tenth pass had kept 2,500 for these too, when no row moved under 1 %;
+    since the greedy's banker's test at one warm-up depth the exact run starts close enough to
+    prove V-Half p = 16, m = 64. With one stage per device the first version's 2,500 stands.
+    Why the time: at 20 s the tenth pass found the same schedules either way, and CP-SAT's
+    first steps on a model of 6,000 ops cannot be interrupted (a 1-s run took 2.4 s with its
+    hint), which a short limit would feel."""
+    if n_ops <= EXACT_MAX_OPS:
+        return "exact"
+    plain = not inst.offers_modes and inst.overlap is None
+    if (plain and inst.several_stages_per_device and n_ops <= STAGES_EXACT_MAX_OPS
+            and time_limit >= STAGES_EXACT_MIN_SECONDS):
+        return "exact"
+    return "large"
 
 
 def _relaxes_first(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
