@@ -411,8 +411,7 @@ def test_gap_stops_early_and_is_reported():
 def test_auto_picks_the_whole_model_for_several_stages_per_device_up_to_its_limit():
     # issue 18: above 2,500 ops the whole model still improves V schedules where the window
     # search does not (V-Min p = 16: 247 against 251 at 120 s), given a minute or more
-    from zbsolve.solver.api import (EXACT_MAX_OPS, STAGES_EXACT_MAX_OPS,
-                                    STAGES_EXACT_MIN_SECONDS, _auto_method)
+    from zbsolve.solver.api import EXACT_MAX_OPS, STAGES_EXACT_MAX_OPS, STAGES_EXACT_MIN_SECONDS, _auto_method
 
     v = make(p=16, m=32, v=2, placement="v", limit=12.0)  # 3,072 ops
     n = 3072
