@@ -794,8 +794,8 @@ def _auto_method(inst: Instance, n_ops: int, time_limit: float) -> str:
     since the greedy's banker's test at one warm-up depth the exact run starts close enough to
     prove V-Half p = 16, m = 64. With one stage per device the first version's 2,500 stands.
     Why the time: at 20 s the tenth pass found the same schedules either way, and CP-SAT's
-    first steps on a model of 6,000 ops cannot be interrupted (a 1-s run took 2.4 s with its
-    hint), which a short limit would feel."""
+    first steps on a model of 6,000 ops cannot be interrupted (1-s runs with the hint took up
+    to 2.5 s), which a short limit would feel."""
     if n_ops <= EXACT_MAX_OPS:
         return "exact"
     plain = not inst.offers_modes and inst.overlap is None

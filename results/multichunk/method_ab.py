@@ -1,0 +1,42 @@
+"""One bench case solved with a given method (issue 18, nineteenth pass: the whole model against
+the window search on the large V rows; ``api._auto_method``).
+
+    python results/multichunk/method_ab.py exact 120 vmin/p16-m32 vhalf/p16-m64
+    python results/multichunk/method_ab.py large 120 vmin/p16-m32
+
+The same as ``zbsolve solve CASE --objective OBJ --method METHOD --time-limit SECONDS --workers 2
+--seed 0 --progress`` on the bench's instance: the progress lines on stderr, then one line per
+case (status, value, bound, the solve's own seconds, where the schedule came from).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from zbsolve.bench import build_cases
+from zbsolve.solver.api import METHODS, SolveOptions, solve
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[0] not in METHODS:
+        print(f"usage: method_ab.py {{{','.join(METHODS)}}} SECONDS CASE...", file=sys.stderr)
+        return 1
+    method, seconds, ids = argv[0], float(argv[1]), argv[2:]
+    cases = {c.id: c for c in build_cases()}
+    missing = [i for i in ids if i not in cases]
+    if missing:
+        print(f"unknown bench case(s): {', '.join(missing)}", file=sys.stderr)
+        return 1
+    for cid in ids:
+        case = cases[cid]
+        r = solve(case.inst, SolveOptions(time_limit=seconds, objective=case.objective,
+                                          method=method, workers=2, seed=0, progress=True))
+        info = r.schedule.meta["solver"]
+        print(f"{cid} {info['method']} {r.status} {r.objective_value:.2f} / {r.lower_bound:.2f} "
+              f"gap {100 * r.gap:.3f}% {r.solve_time:.1f}s source {r.schedule.meta['source']}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
