@@ -600,7 +600,7 @@ def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=Non
 
     search = BOUND_SEARCH_PARAMS if bound_search else {}
     # the caller's seconds were counted before it built the model, which takes wall time too
-    # (seconds at 10,000 ops): the run gets no more than is left, so the solve ends in its limit
+    # (about a second at 12,000 ops): the run gets no more than is left of the limit
     seconds = min(seconds, budget.cp_left())
     solver = new_solver(seconds, workers=options.workers, seed=options.seed,
                         deterministic=options.deterministic, gap=options.gap,
