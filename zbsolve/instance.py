@@ -212,6 +212,14 @@ class Instance:
         the instances the solver's multi-stage phases (windows, stretch, bound switch) are for."""
         return any(len(stages) > 1 for stages in self._by_device)
 
+    @property
+    def plain(self) -> bool:
+        """One replica, one sequence segment, no overlapped pairs, no memory modes to choose and
+        no step jobs: one op per (kind, stage, microbatch), the instances the solver's stretch
+        phase and its whole-model size limit for several stages per device were measured on."""
+        return (self.replicas == 1 and self.segments == 1 and self.overlap is None
+                and not self.offers_modes and self.step.mode == "none")
+
     def device_work(self, device: int) -> float:
         """Compute time of a device's ops (every stage runs m / replicas microbatches)."""
         per_mb = sum(self.F[s] + self.I[s] + self.W[s] for s in self._by_device[device])

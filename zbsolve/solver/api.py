@@ -61,7 +61,7 @@ from zbsolve.solver.ranking import memory_key, rank_key
 METHODS = ("auto", "exact", "large")
 PAIRED_CANDIDATES, PAIRING_SECONDS = 2, 1.0  # overlap instances: candidates given F&B pairs
 EXACT_MAX_OPS = 2500  # auto: above this many ops the monolithic model stalls on 2 cores
-# auto, plain instances whose devices hold several stages, a limit of at least
+# auto, plain V or loop instances whose devices hold several stages, a limit of at least
 # STAGES_EXACT_MIN_SECONDS: the monolithic model, hinted with the best start, up to this many
 # ops (the largest measured: V-Min / V-Half p = 16, m = 128; ``_auto_method``)
 STAGES_EXACT_MAX_OPS, STAGES_EXACT_MIN_SECONDS = 12288, 60.0
@@ -781,9 +781,8 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
 
 def _auto_method(inst: Instance, n_ops: int, time_limit: float) -> str:
     """The method ``auto`` picks: exact up to EXACT_MAX_OPS ops, and up to STAGES_EXACT_MAX_OPS
-    on plain instances whose devices hold several stages (no memory modes to choose, no
-    overlapped pairs: the model has one interval per op) given at least
-    STAGES_EXACT_MIN_SECONDS; large otherwise.
+    on plain (``Instance.plain``) V or loop instances whose devices hold several stages, given
+    at least STAGES_EXACT_MIN_SECONDS; large otherwise.
 
     Why the second limit: where one device holds several stages the window search of the large
     method rarely moves the best start, while CP-SAT on the whole model, hinted with it, still
@@ -792,15 +791,18 @@ def _auto_method(inst: Instance, n_ops: int, time_limit: float) -> str:
     against 404; ZB-V p = 16, m = 48 and p = 24, m = 72 the same either way; results/multichunk,
     nineteenth pass). The tenth pass had kept 2,500 for these too, when no row moved under 1 %;
     since the greedy's banker's test at one warm-up depth the exact run starts close enough to
-    prove V-Half p = 16, m = 64. With one stage per device the first version's 2,500 stands.
+    prove V-Half p = 16, m = 64. On the loop placement: 7578.30 against 7581.27 (v = 3, p = 8,
+    m = 64), the same at v = 2, p = 16, m = 48. Not elsewhere: there the windows keep finding
+    better orders and their whole limit wins (an explicit snake, v = 3, p = 8, m = 48: 7318.47
+    large against 8574.25 exact; Chimera p = 8, m = 128: 5971.46 against 6004.21). With one
+    stage per device the first version's 2,500 stands.
     Why the time: at 20 s the tenth pass found the same schedules either way, and CP-SAT's
     first steps on a model of 6,000 ops cannot be interrupted (1-s runs with the hint took up
     to 2.5 s), which a short limit would feel."""
     if n_ops <= EXACT_MAX_OPS:
         return "exact"
-    plain = not inst.offers_modes and inst.overlap is None
-    if (plain and inst.several_stages_per_device and n_ops <= STAGES_EXACT_MAX_OPS
-            and time_limit >= STAGES_EXACT_MIN_SECONDS):
+    if (inst.plain and inst.placement_kind in ("v", "loop") and inst.several_stages_per_device
+            and n_ops <= STAGES_EXACT_MAX_OPS and time_limit >= STAGES_EXACT_MIN_SECONDS):
         return "exact"
     return "large"
 

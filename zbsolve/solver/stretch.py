@@ -64,9 +64,7 @@ def reduced_sizes(inst: Instance) -> list[int]:
     it, and replicas, segments, overlapped pairs, memory modes and the step's jobs give ops
     that are not one per (kind, stage, microbatch).
     """
-    plain = (inst.replicas == 1 and inst.segments == 1 and inst.overlap is None
-             and not inst.offers_modes and inst.step.mode == "none")
-    if not (plain and inst.several_stages_per_device):
+    if not (inst.plain and inst.several_stages_per_device):
         return []
     ops = TaskGraph(inst).count()
     if ops <= MIN_OPS:
