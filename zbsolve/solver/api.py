@@ -784,9 +784,9 @@ def _auto_method(inst: Instance, n_ops: int, time_limit: float) -> str:
     on plain (``Instance.plain``) V or loop instances whose devices hold several stages, given
     at least STAGES_EXACT_MIN_SECONDS; large otherwise.
 
-    Why the second limit: where one device holds several stages the window search of the large
-    method rarely moves the best start, while CP-SAT on the whole model, hinted with it, still
-    improves it at 3,000-12,000 ops (120 s, 2 cores: V-Min p = 16 from 251 to 247 at m = 32,
+    Why the second limit: on V placements the window search of the large method rarely moves
+    the best start, while CP-SAT on the whole model, hinted with it, still improves it at
+    3,000-12,000 ops (120 s, 2 cores: V-Min p = 16 from 251 to 247 at m = 32,
     443 to 437 at m = 64, 827 to 825 at m = 128; V-Half p = 16, m = 64 proven at 402 in 38 s
     against 404; ZB-V p = 16, m = 48 and p = 24, m = 72 the same either way; results/multichunk,
     nineteenth pass). The tenth pass had kept 2,500 for these too, when no row moved under 1 %;
