@@ -422,8 +422,8 @@ def test_auto_picks_the_whole_model_for_several_stages_per_device_up_to_its_limi
     assert _auto_method(make(p=16, m=64, limit=16.0), n, 120.0) == "large"  # one stage each
     recompute = load_instance({**v.to_dict(), "recompute": {"R": 0.5, "kept": 0.25}})
     assert recompute.offers_modes and _auto_method(recompute, n, 120.0) == "large"
-    # measured worse there: an explicit snake and Chimera's two replicas keep the windows
     assert _auto_method(make(p=16, m=32, v=2, placement="loop", limit=12.0), n, 120.0) == "exact"
+    # measured worse there: an explicit snake and Chimera's two replicas keep the windows
     snake = make(p=4, m=32, v=3, placement=[0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3], limit=12.0)
     assert _auto_method(snake, n, 120.0) == "large"
     chimera = load_instance({**make(p=4, m=32, limit=12.0).to_dict(), "replicas": 2})
