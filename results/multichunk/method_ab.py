@@ -11,6 +11,7 @@ case (status, value, bound, the solve's own seconds, where the schedule came fro
 
 from __future__ import annotations
 
+import math
 import sys
 
 from zbsolve.bench import build_cases
@@ -21,7 +22,15 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] not in METHODS:
         print(f"usage: method_ab.py {{{','.join(METHODS)}}} SECONDS CASE...", file=sys.stderr)
         return 1
-    method, seconds, ids = argv[0], float(argv[1]), argv[2:]
+    method, ids = argv[0], argv[2:]
+    try:
+        seconds = float(argv[1])
+    except ValueError:
+        seconds = -1.0
+    if not (math.isfinite(seconds) and seconds >= 0):
+        print(f"method_ab.py: SECONDS must be a finite number >= 0, got {argv[1]!r}",
+              file=sys.stderr)
+        return 1
     cases = {c.id: c for c in build_cases()}
     missing = [i for i in ids if i not in cases]
     if missing:
