@@ -57,7 +57,7 @@ def test_stops_at_the_bound():
     start, _ = heuristic_schedule(inst)
     _, _, stats = improve(inst, start, "makespan", 10.0, config=CFG,
                           bound=simulate(inst, start).makespan)
-    assert stats.windows == 0
+    assert stats.windows == 0 and stats.ended == "bound" and not stats.gave_up
 
 
 def test_stops_at_the_gap_as_solve_reports_it():
@@ -71,6 +71,25 @@ def test_stops_at_the_gap_as_solve_reports_it():
     assert stats.windows == 0
     _, _, stats = improve(inst, start, "makespan", 2.0, config=CFG, bound=bound, gap=0.047)
     assert stats.windows >= 1
+
+
+def test_stops_when_no_window_is_accepted_for_the_stall_seconds():
+    """issue 18: ``stall`` ends a search that has accepted nothing for that long (``api.solve``
+    then hands the time left to the whole model). From the hand-made V-Min at p = 4, m = 8 the
+    windows accept one change early; given 30 deterministic seconds and a stall of 1, the
+    search ends about a second later instead of running on."""
+    from zbsolve.baselines import generate
+
+    inst = load_instance({
+        "devices": 4, "microbatches": 8, "chunks": 2, "placement": "v",
+        "times": {"F": 1, "I": 1, "W": 1}, "memory": {"activation": 1, "weight": 0, "limit": 6}})
+    cfg = LNSConfig(workers=1, seed=0, deterministic=True, window_time=0.5, window_ops=60)
+    start = generate("v-min", inst)
+    sched, result, stats = improve(inst, start, "span", 30.0, config=cfg, stall=1.0)
+    assert stats.ended == "stalled" and stats.gave_up
+    assert stats.dtime < 1.0 + 2 * cfg.window_time + 1.0  # the last acceptance by about 1 s
+    assert max(validate(inst, sched).span) <= max(simulate(inst, start).span)
+    assert result.feasible
 
 
 def test_no_window_is_begun_that_cannot_end_by_the_limit(monkeypatch):

@@ -408,27 +408,44 @@ def test_gap_stops_early_and_is_reported():
     assert exact.schedule.meta["solver"]["memory_phase"]["cp_status"] == "OPTIMAL"
 
 
-def test_auto_picks_the_whole_model_for_several_stages_per_device_up_to_its_limit():
-    # issue 18: above 2,500 ops the whole model still improves V schedules where the window
-    # search does not (V-Min p = 16: 247 against 251 at 120 s), given a minute or more
-    from zbsolve.solver.api import EXACT_MAX_OPS, STAGES_EXACT_MAX_OPS, STAGES_EXACT_MIN_SECONDS, _auto_method
+def test_auto_and_the_large_methods_handover_to_the_whole_model():
+    # issue 18: above 2,500 ops auto takes the large method; on devices with several stages,
+    # up to the largest whole model measured and given a minute, its windows hand the time
+    # they cannot use to the whole model (V-Min p = 16: 247 against 251 at 120 s)
+    from zbsolve.solver.api import (
+        EXACT_MAX_OPS,
+        HANDOVER_MAX_OPS,
+        HANDOVER_MIN_SECONDS,
+        _auto_method,
+        _hands_over,
+    )
 
-    v = make(p=16, m=32, v=2, placement="v", limit=12.0)  # 3,072 ops
+    assert _auto_method(EXACT_MAX_OPS) == "exact" and _auto_method(EXACT_MAX_OPS + 1) == "large"
+    v = make(p=16, m=32, v=2, placement="v", limit=12.0)
     n = 3072
-    assert EXACT_MAX_OPS < n <= STAGES_EXACT_MAX_OPS
-    assert _auto_method(v, n, STAGES_EXACT_MIN_SECONDS) == "exact"
-    assert _auto_method(v, n, STAGES_EXACT_MIN_SECONDS - 1) == "large"  # a short limit
-    assert _auto_method(v, STAGES_EXACT_MAX_OPS + 1, 120.0) == "large"
-    assert _auto_method(make(p=16, m=64, limit=16.0), n, 120.0) == "large"  # one stage each
-    recompute = load_instance({**v.to_dict(), "recompute": {"R": 0.5, "kept": 0.25}})
-    assert recompute.offers_modes and _auto_method(recompute, n, 120.0) == "large"
-    assert _auto_method(make(p=16, m=32, v=2, placement="loop", limit=12.0), n, 120.0) == "exact"
-    # measured worse there: an explicit snake and Chimera's two replicas keep the windows
-    snake = make(p=4, m=32, v=3, placement=[0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3], limit=12.0)
-    assert _auto_method(snake, n, 120.0) == "large"
+    assert _hands_over(v, n, HANDOVER_MIN_SECONDS)
+    assert not _hands_over(v, n, HANDOVER_MIN_SECONDS - 1)  # a short limit
+    assert not _hands_over(v, HANDOVER_MAX_OPS + 1, 120.0)
+    assert not _hands_over(make(p=16, m=64, limit=16.0), n, 120.0)  # one stage each
     chimera = load_instance({**make(p=4, m=32, limit=12.0).to_dict(), "replicas": 2})
-    assert chimera.several_stages_per_device and _auto_method(chimera, n, 120.0) == "large"
-    assert _auto_method(v, EXACT_MAX_OPS, 1.0) == "exact"
+    assert chimera.several_stages_per_device and _hands_over(chimera, n, 120.0)
+
+
+def test_the_large_method_hands_a_converged_window_search_to_the_whole_model():
+    # p = 3, loop v = 2, tight memory: the windows (each the whole model here) stop once a pass
+    # at their largest size changes nothing, at 91 against the analytic 81; the whole model
+    # then proves 91 (tests/test_bounds.py). Before the handover the solve ended there with a
+    # 10 % gap and the rest of its minute unused.
+    inst = load_instance({
+        "devices": 3, "microbatches": 6, "chunks": 2, "placement": "loop",
+        "times": {"F": 2, "I": 2, "W": 1}, "comm": 1,
+        "memory": {"activation": 1, "weight": 0, "limit": 4}})
+    res = solve(inst, SolveOptions(time_limit=60, workers=1, method="large", deterministic=True))
+    info = res.schedule.meta["solver"]
+    assert info["large"]["ended"] == "converged" and info["handover"]["windows"] == "converged"
+    assert info["cp_status"] == "OPTIMAL" and "proof_time" in info
+    assert res.status == "optimal" and res.objective_value == pytest.approx(91.0)
+    assert res.analytic_bound == pytest.approx(81.0)
 
 
 def test_cli_time_limit_bounds_the_whole_command(tmp_path, capsys):

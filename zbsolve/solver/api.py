@@ -61,10 +61,11 @@ from zbsolve.solver.ranking import memory_key, rank_key
 METHODS = ("auto", "exact", "large")
 PAIRED_CANDIDATES, PAIRING_SECONDS = 2, 1.0  # overlap instances: candidates given F&B pairs
 EXACT_MAX_OPS = 2500  # auto: above this many ops the monolithic model stalls on 2 cores
-# auto, plain V or loop instances whose devices hold several stages, a limit of at least
-# STAGES_EXACT_MIN_SECONDS: the monolithic model, hinted with the best start, up to this many
-# ops (the largest measured: V-Min / V-Half p = 16, m = 128; ``_auto_method``)
-STAGES_EXACT_MAX_OPS, STAGES_EXACT_MIN_SECONDS = 12288, 60.0
+# The large method on devices with several stages, up to HANDOVER_MAX_OPS ops (the largest
+# whole model measured: V-Min / V-Half p = 16, m = 128) and given HANDOVER_MIN_SECONDS: windows
+# that accept nothing for HANDOVER_STALL of the limit (or stop early) hand the time left to the
+# whole model, hinted with their schedule (``_hands_over``)
+HANDOVER_MAX_OPS, HANDOVER_MIN_SECONDS, HANDOVER_STALL = 12288, 60.0, 1 / 12
 TOL = 1e-9
 BOUND_SHARE = 0.2  # of the budget, at most, for the analytic bound (else the quick bound)
 HAND_MADE_SHARE = 0.3  # of the budget, at most, for the hand-made families and the hints
@@ -376,7 +377,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     n_ops = TaskGraph(inst).count()
     method = options.method
     if method == "auto":
-        method = _auto_method(inst, n_ops, options.time_limit)
+        method = _auto_method(n_ops)
     info: dict[str, Any] = {"method": method, "ops": n_ops}
     if method == "large" and inst.offers_modes:
         info["note_modes"] = ("the large-instance method keeps the memory modes of the best "
@@ -427,16 +428,30 @@ def solve(inst: Instance, options: SolveOptions | None = None,
     elif budget.cp_left() <= 0:
         info["note"] = "no time left after the hand-made schedules; solver not run"
     elif method == "large":
-        from zbsolve.solver.large import solve_large
+        from zbsolve.solver.large import GAVE_UP, solve_large
 
         sub = dataclasses.replace(options, time_limit=budget.cp_left())
-        if options.bound_search:
-            info["bound_search"] = "not used: the large method runs no whole-model CP-SAT"
-        found, cp_bound = solve_large(inst, sub, [inc.schedule], greedy=False)
-        info["large"] = found.meta.get("large") if found is not None else None
+        hand_over = _hands_over(inst, n_ops, options.time_limit)
+        if options.bound_search and not hand_over:
+            info["bound_search"] = "not used: the large method runs no whole-model CP-SAT here"
+        found, cp_bound = solve_large(inst, sub, [inc.schedule], greedy=False,
+                                      stall=HANDOVER_STALL * budget.limit if hand_over else None)
+        windows = found.meta.get("large") if found is not None else None
+        info["large"] = windows
         ran = ran or found is not None
         if found is not None:
             best.offer(_Candidate(found.name, found, validate(inst, found)), "large")
+        if (hand_over and windows is not None and windows["ended"] in GAVE_UP
+                and rel_gap(best.best().sim.value(objective), floor) > within
+                and budget.cp_left() > 0):
+            info["handover"] = {"at": budget.elapsed(), "windows": windows["ended"]}
+            progress.note(best.best().sim.value(objective), floor,
+                          f"windows {windows['ended']}: the whole model")
+            exact_ran, exact_bound = _exact_phases(inst, options, best, budget, progress, info)
+            ran = ran or exact_ran
+            cp_bound = _max_bound([cp_bound, exact_bound])
+            if info.get("cp_status") == "OPTIMAL":
+                info["proof_time"] = budget.elapsed()
     else:
         if options.windows and _window_phase(inst, options, best, budget, progress, info,
                                              floor, within):
@@ -779,32 +794,31 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     return ran, _max_bound(bounds)
 
 
-def _auto_method(inst: Instance, n_ops: int, time_limit: float) -> str:
-    """The method ``auto`` picks: exact up to EXACT_MAX_OPS ops, and up to STAGES_EXACT_MAX_OPS
-    on plain (``Instance.plain``) V or loop instances whose devices hold several stages, given
-    at least STAGES_EXACT_MIN_SECONDS; large otherwise.
+def _auto_method(n_ops: int) -> str:
+    """The method ``auto`` picks: exact up to EXACT_MAX_OPS ops, large above (which, on devices
+    with several stages, hands the time its windows cannot use to the whole model:
+    ``_hands_over``)."""
+    return "exact" if n_ops <= EXACT_MAX_OPS else "large"
 
-    Why the second limit: on V placements the window search of the large method rarely moves
-    the best start, while CP-SAT on the whole model, hinted with it, still improves it at
-    3,000-12,000 ops (120 s, 2 cores: V-Min p = 16 from 251 to 247 at m = 32,
-    443 to 437 at m = 64, 827 to 825 at m = 128; V-Half p = 16, m = 64 proven at 402 in 38 s
-    against 404; ZB-V p = 16, m = 48 and p = 24, m = 72 the same either way; results/multichunk,
-    nineteenth pass). The tenth pass had kept 2,500 for these too, when no row moved under 1 %;
-    since the greedy's banker's test at one warm-up depth the exact run starts close enough to
-    prove V-Half p = 16, m = 64. On the loop placement: 7578.30 against 7581.27 (v = 3, p = 8,
-    m = 64), the same at v = 2, p = 16, m = 48. Not elsewhere: there the windows keep finding
-    better orders and their whole limit wins (an explicit snake, v = 3, p = 8, m = 48: 7318.47
-    large against 8574.25 exact; Chimera p = 8, m = 128: 5971.46 against 6004.21). With one
-    stage per device the first version's 2,500 stands.
-    Why the time: at 20 s the tenth pass found the same schedules either way, and CP-SAT's
-    first steps on a model of 6,000 ops cannot be interrupted (1-s runs with the hint took up
-    to 2.5 s), which a short limit would feel."""
-    if n_ops <= EXACT_MAX_OPS:
-        return "exact"
-    if (inst.plain and inst.placement_kind in ("v", "loop") and inst.several_stages_per_device
-            and n_ops <= STAGES_EXACT_MAX_OPS and time_limit >= STAGES_EXACT_MIN_SECONDS):
-        return "exact"
-    return "large"
+
+def _hands_over(inst: Instance, n_ops: int, time_limit: float) -> bool:
+    """Whether the large method's windows give way to the whole model once they stall or stop
+    early (``large.LNSStats.gave_up``): devices with several stages, at most HANDOVER_MAX_OPS
+    ops, a limit of at least HANDOVER_MIN_SECONDS.
+
+    Why: on some such instances the windows keep finding better orders for the whole limit
+    (an explicit snake, v = 3, p = 8, m = 48: 8907.74 -> 7318.47 in 120 s; Chimera p = 8,
+    m = 128), and CP-SAT on the whole model from their early schedule loses to them (8574.25,
+    6004.21); on others they accept nothing at all (the V rows at p = 16: 182 windows, none
+    better, in the exact method's 20 s) while the whole model, hinted with the same start,
+    improves it (V-Min p = 16, m = 32: 251 -> 247 in 120 s; V-Half p = 16, m = 64 proven at
+    402). Which kind an instance is shows in the windows' own progress, so they decide
+    (results/multichunk, nineteenth and twentieth passes). Why the size: the largest whole model
+    measured (V-Min p = 16, m = 128). Why the time: CP-SAT's first steps on a model of 6,000
+    ops cannot be interrupted (1-s runs with the hint took up to 2.5 s), which a short limit
+    would feel, and at 20 s the tenth pass found the same schedules either way."""
+    return (inst.several_stages_per_device and n_ops <= HANDOVER_MAX_OPS
+            and time_limit >= HANDOVER_MIN_SECONDS)
 
 
 def _relaxes_first(inst: Instance, options: SolveOptions, n_ops: int) -> bool:

@@ -56,6 +56,7 @@ from zbsolve.solver.progress import rel_gap
 
 TOL = 1e-6
 COPY_KINDS = ("O", "L")  # memory-mode copies: on a copy stream the window model lacks
+GAVE_UP = ("converged", "stalled", "kept")  # ``LNSStats.ended``: stopped early, bound not met
 
 
 @dataclass
@@ -79,11 +80,22 @@ class LNSStats:
     passes: int = 0
     history: list[tuple[float, float, float]] = field(default_factory=list)  # elapsed, value, bound
     dtime: float = 0.0  # CP-SAT deterministic seconds, all windows
+    # why the search ended: "limit" (time), "bound" (met the bound or the gap), "converged"
+    # (a whole pass at the largest size found every window optimal as it was), "stalled" (no
+    # window accepted for ``improve``'s ``stall`` seconds), "kept" (nothing the windows can
+    # search: overlapped pairs, copy streams, or memory that rounding made stricter)
+    ended: str = "limit"
+
+    @property
+    def gave_up(self) -> bool:
+        """The windows stopped before the limit with the bound not met: the time left is
+        better spent on another search (``api.solve`` hands it to the whole model)."""
+        return self.ended in GAVE_UP
 
     def as_dict(self) -> dict[str, Any]:
         return {"windows": self.windows, "accepted": self.accepted,
                 "optimal_windows": self.optimal_windows, "passes": self.passes,
-                "history": self.history, "dtime": self.dtime}
+                "history": self.history, "dtime": self.dtime, "ended": self.ended}
 
 
 def quick_bound(inst: Instance, objective: str) -> float:
@@ -460,11 +472,14 @@ def improve(
     bound: float | None = None,
     gap: float = 0.0,
     progress: Any = None,
+    stall: float | None = None,
 ) -> tuple[Schedule, SimResult, LNSStats]:
     """Rolling-window LNS from ``sched`` (which must be valid); returns the best valid schedule.
 
     ``progress``: None, or an object with ``note(value, bound, what)`` (zbsolve.solver.progress).
-    Never returns anything worse than ``sched`` by the simulator on ``inst``.
+    ``stall``: stop once no window has been accepted for this many seconds (the limit's clock:
+    wall, or CP-SAT's deterministic seconds), counted from the start; ``stats.ended`` then says
+    "stalled". Never returns anything worse than ``sched`` by the simulator on ``inst``.
     """
     from zbsolve.solver.model import TimeScale, scaled_instance
 
@@ -480,11 +495,14 @@ def improve(
             return time_limit - spent[0]
         return deadline - time.perf_counter()
 
+    def clock() -> float:  # the limit's clock, from the start
+        return spent[0] if cfg.deterministic else time.perf_counter() - t_start
+
     t_validate = time.perf_counter()
     start_sim = validate(inst, sched)
     validate_seconds = time.perf_counter() - t_validate
     bound = quick_bound(inst, objective) if bound is None else bound
-    stats = LNSStats()
+    stats = LNSStats(ended="kept")
     if sched.has_pairs:  # the window model has no pair choices: keep the schedule as it is
         return sched, start_sim, stats
     if any(op.kind in COPY_KINDS for op in sched.ops()):
@@ -497,6 +515,8 @@ def improve(
     sim = simulate(si, Schedule(orders))
     if not sim.feasible:  # rounding made the scaled memory stricter: nothing to search from
         return sched, start_sim, stats
+    stats.ended = "limit"
+    last_accept = 0.0  # clock() at the last accepted window
     best_key = _key(sim, orders, objective)
     m = inst.microbatches
     size, max_size = window_sizes(sum(len(o) for o in orders), m, cfg)
@@ -525,12 +545,18 @@ def improve(
     while left() > max(0.05, overhead + finish + (walk if incumbent is None else 0.0)):
         t_window, fresh = time.perf_counter(), incumbent is None
         if best_true_value <= bound + TOL or rel_gap(best_true_value, bound) <= gap:
+            stats.ended = "bound"
+            break
+        if stall is not None and clock() - last_accept >= stall:
+            stats.ended = "stalled"
             break
         if pos >= m:
             stats.passes += 1
             if not pass_improved:
                 if pass_optimal and size >= max_size:
-                    break  # every window of a whole pass at the largest size is optimal as is
+                    # every window of a whole pass at the largest size is optimal as is
+                    stats.ended = "converged"
+                    break
                 # all optimal: look wider; some timed out: look narrower, shifted windows
                 size = (min(max_size, max(size + 1, int(size * 1.5))) if pass_optimal
                         else max(1, size // 2))
@@ -570,6 +596,7 @@ def improve(
                         incumbent = None
                         pass_improved = True
                         stats.accepted += 1
+                        last_accept = clock()
                         best_orders = new
                         if true.value(objective) < best_true_value - TOL:
                             best_true_value = true.value(objective)
@@ -595,7 +622,7 @@ def _as_list(hints: Schedule | Iterable[Schedule] | None) -> list[Schedule]:
 
 def solve_large(
     inst: Instance, options: Any, hints: Schedule | Iterable[Schedule] | None = None,
-    *, greedy: bool = True,
+    *, greedy: bool = True, stall: float | None = None,
 ) -> tuple[Schedule | None, float | None]:
     """The ``method="large"`` solver of ``zbsolve.solver.api`` (contract documented there).
 
@@ -605,6 +632,7 @@ def solve_large(
     lower bound. ``options`` needs ``time_limit`` and ``objective``; ``workers``, ``seed``,
     ``gap``, ``progress`` and ``deterministic`` are used when present. ``greedy=False``: the
     caller has already weighed the greedy against the hints (``solve`` passes its incumbent).
+    ``stall``: as ``improve``'s; ``meta["large"]["ended"]`` says why the windows stopped.
     """
     t0 = time.perf_counter()
     objective = getattr(options, "objective", "makespan")
@@ -643,7 +671,8 @@ def solve_large(
     left = time_limit - (time.perf_counter() - t0)
     if left > 0.5:
         best, _, stats = improve(inst, first, objective, left, config=cfg, bound=bound,
-                                 gap=float(getattr(options, "gap", 0.0) or 0.0), progress=tracker)
+                                 gap=float(getattr(options, "gap", 0.0) or 0.0), progress=tracker,
+                                 stall=stall)
     else:
         best, stats = first, LNSStats()
     best.meta["large"] = {
