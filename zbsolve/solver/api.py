@@ -61,11 +61,11 @@ from zbsolve.solver.ranking import memory_key, rank_key
 METHODS = ("auto", "exact", "large")
 PAIRED_CANDIDATES, PAIRING_SECONDS = 2, 1.0  # overlap instances: candidates given F&B pairs
 EXACT_MAX_OPS = 2500  # auto: above this many ops the monolithic model stalls on 2 cores
-# The large method on devices with several stages, up to HANDOVER_MAX_OPS ops (the largest
-# whole model measured: V-Min / V-Half p = 16, m = 128) and given HANDOVER_MIN_SECONDS: windows
-# that accept nothing for HANDOVER_STALL of the limit (or stop early) hand the time left to the
-# whole model, hinted with their schedule (``_hands_over``)
-HANDOVER_MAX_OPS, HANDOVER_MIN_SECONDS, HANDOVER_STALL = 12288, 60.0, 1 / 12
+# The large method on devices with several stages, without pair or mode choices, up to
+# HANDOVER_MAX_OPS ops (the largest whole model measured: V-Min / V-Half p = 16, m = 128) and
+# given HANDOVER_MIN_SECONDS: windows that accept nothing in a whole pass (or stop early) hand
+# the time left to the whole model, hinted with their schedule (``_hands_over``)
+HANDOVER_MAX_OPS, HANDOVER_MIN_SECONDS = 12288, 60.0
 TOL = 1e-9
 BOUND_SHARE = 0.2  # of the budget, at most, for the analytic bound (else the quick bound)
 HAND_MADE_SHARE = 0.3  # of the budget, at most, for the hand-made families and the hints
@@ -435,7 +435,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         if options.bound_search and not hand_over:
             info["bound_search"] = "not used: the large method runs no whole-model CP-SAT here"
         found, cp_bound = solve_large(inst, sub, [inc.schedule], greedy=False,
-                                      stall=HANDOVER_STALL * budget.limit if hand_over else None)
+                                      stall=hand_over)
         windows = found.meta.get("large") if found is not None else None
         info["large"] = windows
         ran = ran or found is not None
@@ -802,23 +802,26 @@ def _auto_method(n_ops: int) -> str:
 
 
 def _hands_over(inst: Instance, n_ops: int, time_limit: float) -> bool:
-    """Whether the large method's windows give way to the whole model once they stall or stop
-    early (``large.LNSStats.gave_up``): devices with several stages, at most HANDOVER_MAX_OPS
-    ops, a limit of at least HANDOVER_MIN_SECONDS.
+    """Whether the large method's windows give way to the whole model once a whole pass of
+    them accepts nothing, or they stop early (``large.LNSStats.gave_up``): devices with several
+    stages, no overlapped pairs or memory modes to choose, at most HANDOVER_MAX_OPS ops, a
+    limit of at least HANDOVER_MIN_SECONDS.
 
     Why: on some such instances the windows keep finding better orders for the whole limit
     (an explicit snake, v = 3, p = 8, m = 48: 8907.74 -> 7318.47 in 120 s; Chimera p = 8,
     m = 128), and CP-SAT on the whole model from their early schedule loses to them (8574.25,
-    6004.21); on others they accept nothing at all (the V rows at p = 16: 182 windows, none
-    better, in the exact method's 20 s) while the whole model, hinted with the same start,
-    improves it (V-Min p = 16, m = 32: 251 -> 247 in 120 s; V-Half p = 16, m = 64 proven at
-    402). Which kind an instance is shows in the windows' own progress, so they decide
-    (results/multichunk, nineteenth and twentieth passes). Why the size: the largest whole model
-    measured (V-Min p = 16, m = 128). Why the time: CP-SAT's first steps on a model of 6,000
-    ops cannot be interrupted (1-s runs with the hint took up to 2.5 s), which a short limit
-    would feel, and at 20 s the tenth pass found the same schedules either way."""
-    return (inst.several_stages_per_device and n_ops <= HANDOVER_MAX_OPS
-            and time_limit >= HANDOVER_MIN_SECONDS)
+    6004.21); on others a pass of them accepts nothing (the V rows at p = 16: 182 windows in
+    20 s, none accepted) while the whole model, hinted with the same start, improves it (V-Min
+    p = 16, m = 32: 251 -> 247 in 120 s; V-Half p = 16, m = 64 proven at 402). Which kind an
+    instance is shows in the windows' own progress, so they decide (results/multichunk,
+    nineteenth and twentieth passes). Not with pairs or modes to choose: their whole model is
+    larger (DualPipeV p = 16, m = 32, F&B 0.8, 3,072 ops: no schedule in 89 s); not measured
+    with modes. Why the size: the largest whole model measured (V-Min p = 16, m = 128). Why
+    the time: CP-SAT's first steps on a model of 6,000 ops cannot be interrupted (1-s runs
+    with the hint took up to 2.5 s), which a short limit would feel, and at 20 s the tenth pass
+    found the same schedules either way."""
+    return (inst.several_stages_per_device and inst.overlap is None and not inst.offers_modes
+            and n_ops <= HANDOVER_MAX_OPS and time_limit >= HANDOVER_MIN_SECONDS)
 
 
 def _relaxes_first(inst: Instance, options: SolveOptions, n_ops: int) -> bool:

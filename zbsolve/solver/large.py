@@ -81,8 +81,8 @@ class LNSStats:
     history: list[tuple[float, float, float]] = field(default_factory=list)  # elapsed, value, bound
     dtime: float = 0.0  # CP-SAT deterministic seconds, all windows
     # why the search ended: "limit" (time), "bound" (met the bound or the gap), "converged"
-    # (a whole pass at the largest size found every window optimal as it was), "stalled" (no
-    # window accepted for ``improve``'s ``stall`` seconds), "kept" (nothing the windows can
+    # (a whole pass at the largest size found every window optimal as it was), "stalled" (with
+    # ``improve``'s ``stall``: a whole pass accepted no window), "kept" (nothing the windows can
     # search: overlapped pairs, copy streams, or memory that rounding made stricter)
     ended: str = "limit"
 
@@ -472,13 +472,13 @@ def improve(
     bound: float | None = None,
     gap: float = 0.0,
     progress: Any = None,
-    stall: float | None = None,
+    stall: bool = False,
 ) -> tuple[Schedule, SimResult, LNSStats]:
     """Rolling-window LNS from ``sched`` (which must be valid); returns the best valid schedule.
 
     ``progress``: None, or an object with ``note(value, bound, what)`` (zbsolve.solver.progress).
-    ``stall``: stop once no window has been accepted for this many seconds (the limit's clock:
-    wall, or CP-SAT's deterministic seconds), counted from the start; ``stats.ended`` then says
+    ``stall``: stop at the end of a pass (the windows have visited every microbatch once) that
+    accepted no window, instead of trying wider or narrower windows; ``stats.ended`` then says
     "stalled". Never returns anything worse than ``sched`` by the simulator on ``inst``.
     """
     from zbsolve.solver.model import TimeScale, scaled_instance
@@ -494,9 +494,6 @@ def improve(
         if cfg.deterministic:
             return time_limit - spent[0]
         return deadline - time.perf_counter()
-
-    def clock() -> float:  # the limit's clock, from the start
-        return spent[0] if cfg.deterministic else time.perf_counter() - t_start
 
     t_validate = time.perf_counter()
     start_sim = validate(inst, sched)
@@ -516,7 +513,6 @@ def improve(
     if not sim.feasible:  # rounding made the scaled memory stricter: nothing to search from
         return sched, start_sim, stats
     stats.ended = "limit"
-    last_accept = 0.0  # clock() at the last accepted window
     best_key = _key(sim, orders, objective)
     m = inst.microbatches
     size, max_size = window_sizes(sum(len(o) for o in orders), m, cfg)
@@ -547,11 +543,11 @@ def improve(
         if best_true_value <= bound + TOL or rel_gap(best_true_value, bound) <= gap:
             stats.ended = "bound"
             break
-        if stall is not None and clock() - last_accept >= stall:
-            stats.ended = "stalled"
-            break
         if pos >= m:
             stats.passes += 1
+            if stall and not pass_improved:
+                stats.ended = "stalled"
+                break
             if not pass_improved:
                 if pass_optimal and size >= max_size:
                     # every window of a whole pass at the largest size is optimal as is
@@ -596,7 +592,6 @@ def improve(
                         incumbent = None
                         pass_improved = True
                         stats.accepted += 1
-                        last_accept = clock()
                         best_orders = new
                         if true.value(objective) < best_true_value - TOL:
                             best_true_value = true.value(objective)
@@ -622,7 +617,7 @@ def _as_list(hints: Schedule | Iterable[Schedule] | None) -> list[Schedule]:
 
 def solve_large(
     inst: Instance, options: Any, hints: Schedule | Iterable[Schedule] | None = None,
-    *, greedy: bool = True, stall: float | None = None,
+    *, greedy: bool = True, stall: bool = False,
 ) -> tuple[Schedule | None, float | None]:
     """The ``method="large"`` solver of ``zbsolve.solver.api`` (contract documented there).
 
