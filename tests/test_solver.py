@@ -435,11 +435,11 @@ def test_auto_and_the_large_methods_handover_to_the_whole_model():
     assert recompute.offers_modes and not _hands_over(recompute, n, 120.0)
 
 
-def test_the_large_method_hands_a_converged_window_search_to_the_whole_model():
+def test_the_large_method_hands_a_stalled_window_search_to_the_whole_model():
     # p = 3, loop v = 2, tight memory: the windows (each the whole model here) stop once a pass
     # changes nothing, at 91 against the analytic 81; the whole model then proves 91
     # (tests/test_bounds.py). Before the handover the solve ended there with an 11 % gap and
-    # the rest of its minute unused.
+    # most of its minute unused.
     inst = load_instance({
         "devices": 3, "microbatches": 6, "chunks": 2, "placement": "loop",
         "times": {"F": 2, "I": 2, "W": 1}, "comm": 1,
@@ -450,6 +450,20 @@ def test_the_large_method_hands_a_converged_window_search_to_the_whole_model():
     assert info["cp_status"] == "OPTIMAL" and "proof_time" in info
     assert res.status == "optimal" and res.objective_value == pytest.approx(91.0)
     assert res.analytic_bound == pytest.approx(81.0)
+    kept = solve(inst, SolveOptions(time_limit=60, workers=1, method="large", deterministic=True,
+                                    handover=False))  # --no-handover: the windows alone
+    info = kept.schedule.meta["solver"]
+    assert "handover" not in info and info["large"]["ended"] == "converged"
+    assert kept.status == "feasible" and kept.gap > 0.1
+
+
+def test_the_cli_turns_the_handover_off(tmp_path):
+    from zbsolve.cli import main
+
+    out = tmp_path / "s.json"
+    assert main(["solve", "--no-handover", "--time-limit", "2", "--json", "-o", str(out),
+                 "zbsolve/data/instances/default.yaml"]) == 0
+    assert json.loads(out.read_text())["meta"]["options"]["handover"] is False
 
 
 def test_cli_time_limit_bounds_the_whole_command(tmp_path, capsys):

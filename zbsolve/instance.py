@@ -216,7 +216,7 @@ class Instance:
     def plain(self) -> bool:
         """One replica, one sequence segment, no overlapped pairs, no memory modes to choose and
         no step jobs: one op per (kind, stage, microbatch), the instances the solver's stretch
-        phase and its whole-model size limit for several stages per device were measured on."""
+        phase was measured on."""
         return (self.replicas == 1 and self.segments == 1 and self.overlap is None
                 and not self.offers_modes and self.step.mode == "none")
 

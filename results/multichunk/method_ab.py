@@ -1,8 +1,10 @@
-"""One bench case solved with a given method (issue 18, nineteenth pass: the whole model against
-the window search on the large V rows; ``api._auto_method``).
+"""One bench case solved with a given method (issue 18, nineteenth and twentieth passes: the whole
+model against the window search on the large V rows; ``api._hands_over``). ``windows`` is the
+large method without its handover to the whole model (``--no-handover``).
 
     python results/multichunk/method_ab.py exact 120 vmin/p16-m32 vhalf/p16-m64
     python results/multichunk/method_ab.py large 120 vmin/p16-m32
+    python results/multichunk/method_ab.py windows 120 vmin/p16-m32
 
 The same as ``zbsolve solve CASE --objective OBJ --method METHOD --time-limit SECONDS --workers 2
 --seed 0 --progress`` on the bench's instance: the progress lines on stderr, then one line per
@@ -17,10 +19,12 @@ import sys
 from zbsolve.bench import build_cases
 from zbsolve.solver.api import METHODS, SolveOptions, solve
 
+CHOICES = (*METHODS, "windows")  # windows: the large method with handover=False
+
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[0] not in METHODS:
-        print(f"usage: method_ab.py {{{','.join(METHODS)}}} SECONDS CASE...", file=sys.stderr)
+    if len(argv) < 3 or argv[0] not in CHOICES:
+        print(f"usage: method_ab.py {{{','.join(CHOICES)}}} SECONDS CASE...", file=sys.stderr)
         return 1
     method, ids = argv[0], argv[2:]
     try:
@@ -38,8 +42,9 @@ def main(argv: list[str]) -> int:
         return 1
     for cid in ids:
         case = cases[cid]
-        r = solve(case.inst, SolveOptions(time_limit=seconds, objective=case.objective,
-                                          method=method, workers=2, seed=0, progress=True))
+        r = solve(case.inst, SolveOptions(
+            time_limit=seconds, objective=case.objective, workers=2, seed=0, progress=True,
+            method="large" if method == "windows" else method, handover=method != "windows"))
         info = r.schedule.meta["solver"]
         print(f"{cid} {info['method']} {r.status} {r.objective_value:.2f} / {r.lower_bound:.2f} "
               f"gap {100 * r.gap:.3f}% {r.solve_time:.1f}s source {r.schedule.meta['source']}",

@@ -67,6 +67,11 @@ def register(sub) -> None:
     parser.add_argument("--no-windows", action="store_true",
                         help="devices with several stages: skip the window search that runs "
                              "before CP-SAT for 1/6 of the limit (docs/solver.md)")
+    parser.add_argument("--no-handover", action="store_true",
+                        help="large method, devices with several stages: keep the window "
+                             "search for the whole limit instead of handing the time left to "
+                             "the whole model after a pass that accepts nothing "
+                             "(docs/solver.md)")
     parser.add_argument("--no-stretch", action="store_true",
                         help="devices with several stages and many microbatches: skip "
                              "solving the model with fewer microbatches (up to 1/2 of the "
@@ -148,7 +153,7 @@ def handle(args) -> int:
         memory_model=args.memory_model, symmetry=not args.no_symmetry,
         deterministic=args.deterministic, memory_tiebreak=not args.no_memory_tiebreak,
         relax=args.relax, relax_first=not args.no_relax_first, windows=not args.no_windows,
-        stretch=not args.no_stretch,
+        stretch=not args.no_stretch, handover=not args.no_handover,
         bound_search=args.bound_search, bound_switch=not args.no_bound_switch,
     )
     hints = [start[0]] if start else []

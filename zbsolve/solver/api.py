@@ -7,9 +7,10 @@ the greedy list scheduler (the serial schedule when nothing else fits), on overl
 the best few of them given overlapped F&B pairs (``pairing.pair_up``), and take the best one
 as the incumbent (hint, with its pairs, and upper bound); on devices with several stages and
 many microbatches, solve the model with fewer microbatches and offer the repeats of its steady
-state (``stretch``); run CP-SAT (or the large-instance method); then a
-second, short CP-SAT phase that keeps the best step time and minimizes memory. Every phase's
-schedule is re-simulated and the best by ``ranking.rank_key`` (step time, then memory) is kept,
+state (``stretch``); run CP-SAT (or the large-instance method, whose windows hand the time
+they cannot use to CP-SAT on the whole model: ``_hands_over``); then a second, short CP-SAT
+phase that keeps the best step time and minimizes memory. Every phase's schedule is
+re-simulated and the best by ``ranking.rank_key`` (step time, then memory) is kept,
 so the result is never worse than any hint or phase, and every figure reported is the
 simulator's.
 
@@ -120,6 +121,9 @@ class SolveOptions:
     # one-device relaxation each before the search, for a bound above the analytic one
     relax_first: bool = True
     stretch: bool = True  # multi-stage devices, many microbatches: stretch.reduced_sizes
+    # large method, multi-stage devices: the windows hand the time left to the whole model
+    # after a pass that accepts nothing (``_hands_over``)
+    handover: bool = True
     # exact method: CP-SAT's full-problem worker searches the lower bound (lb_tree_search;
     # cpsat.BOUND_SEARCH_PARAMS), for proofs the default search does not reach
     bound_search: bool = False
@@ -431,7 +435,7 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         from zbsolve.solver.large import GAVE_UP, solve_large
 
         sub = dataclasses.replace(options, time_limit=budget.cp_left())
-        hand_over = _hands_over(inst, n_ops, options.time_limit)
+        hand_over = options.handover and _hands_over(inst, n_ops, options.time_limit)
         if options.bound_search and not hand_over:
             info["bound_search"] = "not used: the large method runs no whole-model CP-SAT here"
         found, cp_bound = solve_large(inst, sub, [inc.schedule], greedy=False,
@@ -812,7 +816,7 @@ def _hands_over(inst: Instance, n_ops: int, time_limit: float) -> bool:
     m = 128), and CP-SAT on the whole model from their early schedule loses to them (8574.25,
     6004.21); on others a pass of them accepts nothing (the V rows at p = 16: 182 windows in
     20 s, none accepted) while the whole model, hinted with the same start, improves it (V-Min
-    p = 16, m = 32: 251 -> 247 in 120 s; V-Half p = 16, m = 64 proven at 402). Which kind an
+    p = 16, m = 32: 251 -> 245 in 120 s; V-Half p = 16, m = 64 proven at 402). Which kind an
     instance is shows in the windows' own progress, so they decide (results/multichunk,
     nineteenth and twentieth passes). Not with pairs or modes to choose: their whole model is
     larger (DualPipeV p = 16, m = 32, F&B 0.8, 3,072 ops: no schedule in 89 s); not measured
