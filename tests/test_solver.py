@@ -411,7 +411,7 @@ def test_gap_stops_early_and_is_reported():
 def test_auto_and_the_large_methods_handover_to_the_whole_model():
     # issue 18: above 2,500 ops auto takes the large method; on devices with several stages,
     # up to the largest whole model measured and given a minute, its windows hand the time
-    # they cannot use to the whole model (V-Min p = 16: 247 against 251 at 120 s)
+    # they cannot use to the whole model (V-Min p = 16, m = 32: 245 against 251 at 120 s)
     from zbsolve.solver.api import (
         EXACT_MAX_OPS,
         HANDOVER_MAX_OPS,
