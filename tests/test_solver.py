@@ -425,6 +425,10 @@ def test_auto_and_the_large_methods_handover_to_the_whole_model():
     n = 3072
     assert _hands_over(v, n, HANDOVER_MIN_SECONDS)
     assert not _hands_over(v, n, HANDOVER_MIN_SECONDS - 1)  # a short limit
+    # `solve --time-limit 60` gives the solve 60 s less loading and writing: still a minute
+    from zbsolve.cli.solve import write_reserve
+
+    assert _hands_over(v, n, 60.0 - write_reserve(n, "out.json") - 5.0)
     assert not _hands_over(v, HANDOVER_MAX_OPS + 1, 120.0)
     assert not _hands_over(make(p=16, m=64, limit=16.0), n, 120.0)  # one stage each
     chimera = load_instance({**make(p=4, m=32, limit=12.0).to_dict(), "replicas": 2})
