@@ -496,3 +496,40 @@ def test_cli_refuses_an_output_that_cannot_be_written(tmp_path, capsys):
     assert "is a folder" in capsys.readouterr().err
     assert main(["solve", str(path), "-o", str(path.with_suffix(".json"))]) == 2
     assert "is also an input of this command" in capsys.readouterr().err
+
+
+def test_a_whole_model_run_leaves_cp_sat_time_to_stop(monkeypatch):
+    # CP-SAT answers its time limit late on large models (0.44 s at 3,072 ops, which ran
+    # `solve --time-limit 60` to 60.84 s): a run stops finish_reserve(ops) before the budget's
+    # end, at most FINISH_MAX, and deterministic runs keep their whole limit
+    import zbsolve.solver.cpsat as cpsat
+    from zbsolve.solver.api import FINISH_MAX, _run, finish_reserve
+    from zbsolve.solver.budget import Budget
+
+    assert finish_reserve(0) == 0.0 and finish_reserve(768) < finish_reserve(3072) <= FINISH_MAX
+    assert finish_reserve(10**6) == FINISH_MAX
+    given = []
+    real = cpsat.new_solver
+    monkeypatch.setattr(cpsat, "new_solver", lambda s, **kw: given.append(s) or real(s, **kw))
+    sm = build_model(make(p=4, m=8, v=2, limit=6.0), "makespan")
+    ops = sm.stats["ops"]
+    for deterministic in (False, True):
+        budget = Budget(5.0, deterministic=deterministic)
+        _run(sm, SolveOptions(time_limit=5.0, workers=1, deterministic=deterministic),
+             budget, 100.0)
+        left = 5.0 if deterministic else 5.0 - finish_reserve(ops)
+        assert 0 < given[-1] <= left
+    assert given[0] < 5.0 - finish_reserve(ops) + 1e-9 and given[1] == 5.0
+
+
+def test_the_memory_phase_does_not_begin_what_it_cannot_end():
+    # 8 s left, the exact model took 7.5 s to build and 3,072 ops keep 0.6 s for CP-SAT to
+    # stop: the memory phase's model would end past the limit, so it is not begun (with either
+    # term left out there would be time for it)
+    from zbsolve.solver.api import _memory_phase, finish_reserve
+    from zbsolve.solver.budget import Budget
+
+    assert 7.5 + finish_reserve(3072) > 8.0 - 0.05 > 7.5 and 8.0 - finish_reserve(3072) > 0.05
+    info = {"ops": 3072, "build_seconds": 7.5}
+    _memory_phase(make(), SolveOptions(time_limit=8.0), None, Budget(8.0), info)
+    assert info["memory_phase"] == "not run: no time left"

@@ -102,6 +102,8 @@ RELAX_FIRST_SHARE, RELAX_FIRST_SLICE, RELAX_FIRST_MAX_OPS = 0.1, 1.0, 800
 # measured on its own, a proof that waits for the bound rather than the schedule), the top
 # device kept with its most overloaded partner, PAIR_SHARE of the budget (``_pair_near``)
 PAIR_NEAR, PAIR_SHARE = 0.02, 0.15
+# A whole-model CP-SAT run stops this much before the end of the budget (``finish_reserve``)
+FINISH_PER_OP, FINISH_MAX = 2e-4, 0.6
 
 
 @dataclass
@@ -609,6 +611,16 @@ def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool,
     return starts, [Pair(moved(p.first), moved(p.second)) for p in pairs]
 
 
+def finish_reserve(n_ops: int) -> float:
+    """Wall seconds a whole-model CP-SAT run leaves at the end of the budget, for CP-SAT to
+    stop and for the solve to decode and simulate its schedule: FINISH_PER_OP per op, at most
+    FINISH_MAX. Why: CP-SAT answers its time limit late on large models (the exact method on
+    V-Min files, one run: 0.06 s at 768 ops, 0.44 s at 3,072, 0.12 s at 6,144, 0.02 s at
+    12,288; reading the answer takes up to 0.1 s more), which ran ``solve --time-limit 60``
+    to 60.84 s (results/multichunk, twenty-first pass)."""
+    return min(FINISH_MAX, FINISH_PER_OP * n_ops)
+
+
 def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=None,
          bound_callback=None, checkpoint: tuple[float, Callable[[], bool]] | None = None,
          bound_search: bool = False):
@@ -621,8 +633,10 @@ def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=Non
 
     search = BOUND_SEARCH_PARAMS if bound_search else {}
     # the caller's seconds were counted before it built the model, which takes wall time too
-    # (about a second at 12,000 ops): the run gets no more than is left of the limit
-    seconds = min(seconds, budget.cp_left())
+    # (about a second at 12,000 ops): the run gets no more than is left of the limit, less
+    # what it takes CP-SAT to stop and the solve to read its answer (``finish_reserve``)
+    seconds = min(seconds, budget.cp_left() - (0.0 if budget.deterministic
+                                               else finish_reserve(sm.stats.get("ops", 0))))
     solver = new_solver(seconds, workers=options.workers, seed=options.seed,
                         deterministic=options.deterministic, gap=options.gap,
                         extra={**EXACT_MODEL_PARAMS, **search, **options.cp_params})
@@ -684,6 +698,7 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
     ``bound_search``: None follows ``options.bound_search``."""
     from ortools.sat.python import cp_model
 
+    built = budget.elapsed()
     si = scaled_instance(inst, scale)
     hint, pairs, ub, horizon = _model_hint(si, inc.schedule, options)
     sm = build_model(inst, options.objective, upper_bound=ub, horizon=horizon,
@@ -692,6 +707,8 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
     if not order:  # a kept order usually contradicts the incumbent: no hint then
         sm.add_hint(hint, pairs)
     info.setdefault("model", sm.stats)
+    # the longest build so far: what a later phase's model of the same ops will take too
+    info["build_seconds"] = max(info.get("build_seconds", 0.0), budget.elapsed() - built)
     progress.unit = float(scale.time)
     stopped = [False]
 
@@ -1141,11 +1158,16 @@ def _memory_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
     objective (``build_model(secondary="memory")``); its schedule is offered like any other.
 
     Its time: what is left, at most MEMORY_PHASE_SHARE of the limit and at most the time
-    spent so far (or MEMORY_PHASE_MIN seconds): a tie-break must not dominate the solve.
+    spent so far (or MEMORY_PHASE_MIN seconds): a tie-break must not dominate the solve. On
+    the wall clock what is left is net of building its model (as long as the exact model's
+    longest build) and of ``finish_reserve``: begun with less, it would end past the limit
+    (V-Min p = 16, m = 128: 0.9 s past, twenty-first pass).
     """
     from ortools.sat.python import cp_model
 
-    seconds = min(budget.cp_left(), MEMORY_PHASE_SHARE * budget.limit,
+    cost = 0.0 if budget.deterministic else (info.get("build_seconds", 0.0)
+                                             + finish_reserve(info.get("ops", 0)))
+    seconds = min(budget.cp_left() - cost, MEMORY_PHASE_SHARE * budget.limit,
                   max(MEMORY_PHASE_MIN, budget.cp_dtime if budget.deterministic
                       else budget.elapsed()))
     if seconds <= 0.05:
