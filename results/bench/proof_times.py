@@ -24,12 +24,14 @@ from zbsolve.solver import SolveOptions, solve
 def main(families: list[str]) -> None:
     if not families:
         sys.exit("usage: proof_times.py FAMILY... (e.g. iclr-1p iclr-2p small large segments)")
+    cases = [case for case in build_cases() if case.family in families
+             and case.inst.chunks == 1 and case.inst.replicas == 1]
+    unknown = sorted(set(families) - {case.family for case in cases})
+    if unknown:
+        sys.exit(f"proof_times.py: no one-chunk bench cases in the families {unknown}")
     with open(Path(__file__).parent / "bench.csv", encoding="utf-8") as f:
         before = {row["case"]: row for row in csv.DictReader(f)}
-    for case in build_cases():
-        if (case.family not in families or case.inst.chunks != 1
-                or case.inst.replicas != 1):
-            continue
+    for case in cases:
         result = solve(case.inst, SolveOptions(time_limit=case.time_limit,
                                                objective=case.objective))
         proof = result.schedule.meta["solver"].get("proof_time")

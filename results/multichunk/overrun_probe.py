@@ -11,12 +11,14 @@ answered late.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
 import zbsolve.solver.cpsat as cpsat
-from zbsolve.instance import load_instance
+from zbsolve.instance import InstanceError, load_instance
 from zbsolve.solver import SolveOptions, solve
+from zbsolve.solver.api import METHODS
 
 USAGE = "usage: overrun_probe.py INSTANCE SECONDS METHOD (auto, exact or large)"
 
@@ -31,8 +33,14 @@ def main(argv: list[str]) -> None:
         given.append(seconds)
         return real(seconds, **kw)
 
+    try:
+        inst, limit = load_instance(argv[0]), float(argv[1])
+    except (InstanceError, ValueError) as err:
+        sys.exit(f"{USAGE}: {err}")
+    if not (limit > 0 and math.isfinite(limit)) or argv[2] not in METHODS:
+        sys.exit(f"{USAGE}: SECONDS must be a finite number above 0 and METHOD one of "
+                 f"{', '.join(METHODS)}, got {argv[1]!r} and {argv[2]!r}")
     cpsat.new_solver = spy
-    inst, limit = load_instance(argv[0]), float(argv[1])
     t0 = time.perf_counter()
     result = solve(inst, SolveOptions(time_limit=limit, objective="span", method=argv[2]))
     print(f"{inst.name}: limit {limit:g}, solve_time {result.solve_time:.3f}, "
