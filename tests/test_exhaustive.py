@@ -97,6 +97,7 @@ def test_the_step_boundary_and_unknown_objectives_are_refused():
     inst = make_instance(p=2, m=2).with_(step={"mode": "sync", "optimizer": 3, "allreduce": 1,
                                                "check": 2})
     assert "step" in refusal(inst)
+    assert "above the 400" in refusal(make_instance(p=4, m=40))  # 480 ops
     assert refusal(make_instance(p=2, m=2)) is None
     with pytest.raises(ValueError, match="objective"):
         solve_exhaustive(make_instance(p=2, m=2), "bubble")

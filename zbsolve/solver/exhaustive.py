@@ -30,8 +30,9 @@ Pruning, each valid for every completion of the node:
   a device's first op, whose start a span counts from).
 
 Refused (``ValueError``): memory modes, replicas, fused or paired backwards, the step
-boundary, jobs no device runs: a copy stream or an implicit job would need the simulator's
-other rules. The search is exponential: ``max_nodes`` stops it (``proven`` False then).
+boundary, jobs no device runs (a copy stream or an implicit job would need the simulator's
+other rules), and instances above ``MAX_OPS`` ops. The search is exponential: ``max_nodes``
+stops it (``proven`` False then).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from zbsolve.ops import Kind
 from zbsolve.schedule import Schedule
 
 OBJECTIVES = ("makespan", "span")
+MAX_OPS = 400  # the search is for tiny instances (and recurses once per op listed)
 TOL = 1e-9  # relative: a schedule must beat the incumbent by more than this to replace it
 
 
@@ -127,6 +129,8 @@ class _Problem:
 def refusal(inst: Instance) -> str | None:
     """Why the search cannot take ``inst`` (module docstring), or None."""
     graph = TaskGraph(inst)
+    if graph.count() > MAX_OPS:
+        return f"{graph.count()} ops, above the {MAX_OPS} it searches; use solve"
     if graph.open or graph.has_modes:
         return "memory modes (recompute, offload) to choose; solve without them"
     if inst.replicas > 1:
@@ -155,6 +159,9 @@ def solve_exhaustive(inst: Instance, objective: str = "makespan", *, upper: floa
 
 
 class _Search:
+    """The depth-first search: one node per op listed (module docstring), the incumbent in
+    ``best`` / ``best_orders``."""
+
     def __init__(self, pb: _Problem, objective: str, upper: float, max_nodes: int):
         self.pb = pb
         self.span = objective == "span"
