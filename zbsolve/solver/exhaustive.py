@@ -26,8 +26,9 @@ Pruning, each valid for every completion of the node:
   remaining work alone); a makespan adds, per op, its longest path to the end of the graph;
 - an op that would start after a gap its device could fill with an I or a W (an op that
   allocates nothing) that ends no later is not branched on: moving that I or W into the gap
-  delays nothing and frees memory earlier, so the order with it first is as good (never for
-  a device's first op, whose start a span counts from).
+  delays nothing and frees memory earlier, so the order with it first is as good: no start
+  is later, and the objective cannot grow (for a span only once every device's first op is
+  timed, since a span counts from it and an earlier first start lengthens it).
 
 Refused (``ValueError``): memory modes, replicas, fused or paired backwards, the step
 boundary, jobs no device runs (a copy stream or an implicit job would need the simulator's
@@ -243,11 +244,17 @@ class _Search:
                    cands: list[tuple[int, float | None]]) -> bool:
         """Whether op i, starting at ``at`` after a gap on device d, leaves room for another
         candidate that allocates nothing (an I or a W) to run and end before it."""
-        if at is None or at <= s.free_at[d] or not s.seq[d]:
-            return False  # no gap, or a device's first op (moving another first moves its span)
+        if at is None or at <= s.free_at[d] or not self._regular(s):
+            return False
         dur, alloc = self.pb.dur, self.pb.alloc
         return any(j != i and t is not None and not alloc[j] and t + dur[j] <= at
                    for j, t in cands)
+
+    def _regular(self, s: _State) -> bool:
+        """Whether the objective can only grow with any start from here on: a makespan always;
+        a span once every device's first op is timed (an earlier first start lengthens a span,
+        and moving an I or W earlier can bring forward a forward another device starts with)."""
+        return not self.span or all(row and s.start[row[0]] is not None for row in s.seq)
 
     def _time(self, s: _State) -> None:
         """Time every waiting op whose inputs are timed, until none is left to time."""
