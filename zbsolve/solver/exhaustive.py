@@ -69,10 +69,10 @@ class _Problem:
     memory allocated at start / freed at end, same-device ancestors, class and tails."""
 
     def __init__(self, inst: Instance, symmetry: bool):
-        reason = refusal(inst)
+        graph = TaskGraph(inst)
+        reason = refusal(inst, graph)
         if reason:
             raise ValueError(f"exhaustive search: {reason}")
-        graph = TaskGraph(inst)
         ops = graph.topological(implicit=False)
         self.ops = ops
         index = {op: i for i, op in enumerate(ops)}
@@ -104,13 +104,17 @@ class _Problem:
                              and self.dev[q] == self.dev[i]) for i in range(n)]
         # classes: (kind, stage, segment) in microbatch order; without symmetry one per op
         self.classes: list[list[list[int]]] = [[] for _ in range(self.p)]
+        self.class_of = [0] * n  # op -> its class's index among its device's classes
         groups: dict[tuple, list[int]] = {}
         for i, op in enumerate(ops):
             key = (op.kind, op.stage, op.seg) if symmetry else (i,)
             groups.setdefault(key, []).append(i)
         for members in groups.values():
             members.sort(key=lambda i: ops[i].mb)
-            self.classes[self.dev[members[0]]].append(members)
+            row = self.classes[self.dev[members[0]]]
+            for i in members:
+                self.class_of[i] = len(row)
+            row.append(members)
         # tails: the longest path from an op's end to the end of the graph (the makespan's)
         # and, per op, to the end of an op of its own device (its device's span's)
         self.tail = [0.0] * n
@@ -127,9 +131,10 @@ class _Problem:
                      for d in range(self.p)]
 
 
-def refusal(inst: Instance) -> str | None:
-    """Why the search cannot take ``inst`` (module docstring), or None."""
-    graph = TaskGraph(inst)
+def refusal(inst: Instance, graph: TaskGraph | None = None) -> str | None:
+    """Why the search cannot take ``inst`` (module docstring), or None. ``graph``: the
+    instance's task graph, when the caller has built it."""
+    graph = TaskGraph(inst) if graph is None else graph
     if graph.count() > MAX_OPS:
         return f"{graph.count()} ops, above the {MAX_OPS} it searches; use solve"
     if graph.open or graph.has_modes:
@@ -356,8 +361,7 @@ class _State:
 
     def listed_next(self, pb: _Problem, d: int, i: int) -> _State:
         """A copy with op i listed next on device d."""
-        k = next(k for k, members in enumerate(pb.classes[d])
-                 if self.next_in[d][k] < len(members) and members[self.next_in[d][k]] == i)
+        k = pb.class_of[i]
         next_in = [list(row) for row in self.next_in]
         next_in[d][k] += 1
         seq = [list(row) for row in self.seq]
