@@ -29,16 +29,23 @@ def main(args: list[str]) -> None:
         cases = [c for c in build_cases() if c.id == args[1]]
         if not cases:
             sys.exit(f"proof_spread.py: no bench case {args[1]!r}")
-        with open(args[2], "w", encoding="utf-8") as f:
-            json.dump(cases[0].inst.to_dict(), f)
+        try:
+            with open(args[2], "w", encoding="utf-8") as f:
+                json.dump(cases[0].inst.to_dict(), f)
+        except OSError as exc:
+            sys.exit(f"proof_spread.py: cannot write {args[2]}: {exc.strerror}")
         return
     try:
         path, runs = args[0], int(args[1])
         extra = {"cp_params": json.loads(args[2])} if len(args) > 2 else {}
     except (IndexError, ValueError):
         sys.exit("usage: proof_spread.py FILE RUNS [CP_PARAMS_JSON] | --write CASE FILE")
+    try:
+        inst = load_instance(path)
+    except (ValueError, OSError) as exc:  # InstanceError is a ValueError
+        sys.exit(f"proof_spread.py: {exc}")
     for k in range(runs):
-        res = solve(load_instance(path), SolveOptions(time_limit=20, objective="span", **extra))
+        res = solve(inst, SolveOptions(time_limit=20, objective="span", **extra))
         proof = (res.schedule.meta.get("solver") or {}).get("proof_time")
         print(f"{k} {res.status} {res.objective_value:.2f} / {res.lower_bound:.2f}, proof "
               f"{'none' if proof is None else f'{proof:.2f} s'}, solve {res.solve_time:.2f} s",
