@@ -212,6 +212,19 @@ def test_solver_chooses_overlapped_pairs_and_beats_the_fixed_pattern():
     require_safe(table)
 
 
+def test_span_with_overlapped_pairs_is_solved_not_fallen_back():
+    # the model pinned each device's first start to a head computed with pair-shortened
+    # forwards, which no schedule reaches: CP-SAT said infeasible and solve fell back to
+    # 20.7. The heads now use full forwards (TaskGraph.device_heads) and nothing is pinned
+    inst = load_instance({"devices": 2, "microbatches": 4, "chunks": 2, "placement": "v",
+                          "times": {"F": 1, "I": 1, "W": 1}, "overlap": {"FB": 0.5},
+                          "comm": 0.1})
+    res = solve(inst, SolveOptions(time_limit=30, workers=2, seed=0, objective="span"))
+    assert res.status == "optimal" and res.schedule.meta["source"] == "exact"
+    assert res.objective_value == pytest.approx(19.7)
+    assert simulate(inst, generate("dualpipev", inst)).max_span == pytest.approx(21.4)
+
+
 def test_solver_is_not_bound_to_the_pattern_where_its_formula_fails():
     """(F, I, W, F&B) = (1, 0.8, 1.2, 3.0), 4 ranks, 16 microbatches: DualPipeV idles 6.0,
     the README formula predicts 4.2; the solver's schedule idles at most that."""

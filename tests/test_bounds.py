@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import load_instance
 from zbsolve.solver import bounds
 from zbsolve.solver.bounds import MemoryEdge, analytic_bound, memory_edges, min_memory_limit
@@ -221,10 +222,10 @@ def test_memory_energy_bound_stays_below_the_optimum_of_other_forms(extra):
     # overlapped pairs, replicas or resident params (optima of the solver's model)
     data = {**LOOP_TIGHT, "microbatches": 4, **extra}
     inst = load_instance(data)
-    ht = bounds.unordered_heads_tails(inst)
+    heads = TaskGraph(inst).device_heads()
     best = optimum(inst, "makespan")
     for d, e in enumerate(bounds.memory_energy_bounds(inst)):
-        assert bounds.first_head(inst, ht, d) + e <= best + 1e-9
+        assert heads[d] + e <= best + 1e-9
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

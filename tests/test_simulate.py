@@ -9,10 +9,11 @@ from conftest import make_instance, moderate_floats, random_valid_schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zbsolve.baselines import evaluate_all
 from zbsolve.baselines.classic import gpipe, one_f_one_b
 from zbsolve.graph import TaskGraph
 from zbsolve.numeric import TIME_EPS as EPS
-from zbsolve.ops import Op
+from zbsolve.ops import Op, ops_of
 from zbsolve.schedule import Schedule
 from zbsolve.simulate import ScheduleError, simulate, validate
 from zbsolve.solver.bounds import device_lower_bounds
@@ -171,8 +172,17 @@ def _random_instance(p, m, v, placement, seed, comm, weight_frac, limit):
     )
 
 
+def _check_heads(inst, sched, r):
+    """No device starts before its head, and its span runs from there to its last end."""
+    for d, (order, h) in enumerate(zip(sched.orders, TaskGraph(inst).device_heads())):
+        ops = [op for entry in order for op in ops_of(entry)]
+        assert min(r.start[op] for op in ops) >= h - EPS
+        assert r.span[d] == pytest.approx(max(r.end[op] for op in ops) - h)
+
+
 def _check_invariants(inst, sched, r):
     lbs = device_lower_bounds(inst)
+    _check_heads(inst, sched, r)
     for d, order in enumerate(sched.orders):
         assert r.busy[d] == pytest.approx(inst.device_work(d))
         assert r.makespan >= lbs[d] - EPS
@@ -197,8 +207,37 @@ def test_random_valid_orders_simulate_with_invariants(inst, seed):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances)
 def test_every_applicable_generator_passes_the_simulator(inst):
-    from zbsolve.baselines import evaluate_all
-
     for res in evaluate_all(inst):
         if res.applicable:
             _check_invariants(inst, res.schedule, res.result)
+
+
+@pytest.mark.parametrize("extra", [dict(v=2, placement="v", overlap={"FB": 0.6}),
+                                   dict(replicas=2, m=8), dict(replicas=2, m=8, overlap={"FB": 0.5}),
+                                   dict(segments=2), dict(v=2, comm=0.5)])
+def test_no_device_starts_before_its_head_in_any_family(extra):
+    # the heads use full forwards even where pairs could shorten them: before a device's first
+    # op no backward has run, so no pair either (TaskGraph.device_heads). Every published
+    # family starts each device at its head, so its spans are the first-start-to-end ones
+    inst = make_instance(**{"p": 4, "m": 8, "F": 1.5, "I": 1.0, "W": 0.5, **extra})
+    heads = TaskGraph(inst).device_heads()
+    ran = [res for res in evaluate_all(inst) if res.applicable]
+    assert ran
+    for res in ran:
+        _check_heads(inst, res.schedule, res.result)
+        firsts = [min(res.result.start[op] for e in row for op in ops_of(e))
+                  for row in res.schedule.orders]
+        assert firsts == pytest.approx(heads), res.name
+
+
+def test_a_device_that_starts_late_is_measured_from_its_head():
+    # device 1 runs microbatch 1's forward first: it starts one forward after its head, and
+    # its span still counts from the head (a late start shortens nothing)
+    inst = make_instance(p=2, m=2, F=2.0, comm=0.5)
+    F, I, W = (lambda s, j, k=k: Op(k, s, j) for k in "FIW")
+    late = Schedule([[F(0, 0), F(0, 1), I(0, 0), W(0, 0), I(0, 1), W(0, 1)],
+                     [F(1, 1), F(1, 0), I(1, 0), W(1, 0), I(1, 1), W(1, 1)]])
+    r = validate(inst, late)
+    assert TaskGraph(inst).device_heads() == [0.0, 2.5]
+    assert r.start[F(1, 1)] == 4.5
+    assert r.span[1] == pytest.approx(r.end[W(1, 1)] - 2.5)

@@ -408,6 +408,32 @@ class TaskGraph:
         fx, bx = self._min_x
         return self.duration(op) * (fx if op[0] == F else bx)[op[1]]
 
+    def device_heads(self) -> list[float]:
+        """Per device, the earliest its first op can start: where its span is measured from.
+
+        A constant of the instance, not of a schedule, so that a span is a regular objective
+        (it only grows with the ends): a device that starts late gains nothing, and every
+        layer (simulator, model, bounds, searches) measures the same thing. The first op is a
+        forward (every other op waits for its unit's forward); the earliest is the longest
+        path of forwards and hand-off delays to a first microbatch of one of its stages.
+        Full durations, not ``min_duration``: before a device's first op no backward has run
+        (a backward waits for its microbatch's forward on every stage of its replica), so no
+        forward before it ran inside a shorter overlapped pair. Where some device lacks a
+        stage of some replica that argument fails and the pair-shortened times are used.
+        """
+        inst = self.inst
+        R = inst.replicas
+        full = not self.overlap or all(
+            len({inst.replica_of(s) for s in inst.stages_of(d)}) == R
+            for d in range(inst.devices))
+        dur = self.duration if full else self.min_duration
+        head: dict[Op, float] = {}
+        for op in self.topological(range(min(R, inst.microbatches)), implicit=False):
+            if op.kind == Kind.F:
+                head[op] = max((head[q] + dur(q) + c for q, c in self.preds(op)), default=0.0)
+        return [min(head[Op(Kind.F, s, inst.microbatches_of(s)[0], 0)] for s in inst.stages_of(d))
+                for d in range(inst.devices)]
+
     def device_min_work(self, device: int) -> float:
         """A lower bound on the time a device computes (its ops' ``min_duration``)."""
         if not self.overlap and not self.has_modes:

@@ -27,7 +27,9 @@ side. The row also says when memory moves, in two rules (the events a runtime re
 
 With these two rules a row sorted as a timed schedule's jobs run (``zbsolve.solver.model``)
 times every allocation after every free it came after, so its memory is never higher here.
-Busy time, spans and bubbles are the compute stream's.
+Busy time, spans and bubbles are the compute stream's. A device's span runs from its head,
+the earliest any schedule can start it (``TaskGraph.device_heads``), to its last end, so a
+device that starts late does not shorten it.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class SimResult:
     start: dict[Op, float]
     end: dict[Op, float]
     makespan: float
-    span: list[float]  # per device: first start to last end
+    span: list[float]  # per device: its head (earliest possible start) to its last end
     busy: list[float]  # per device: total job time
     idle: list[float]  # per device: makespan - busy
     bubble_makespan: float  # 1 - busy time / (p * makespan)
@@ -429,9 +431,10 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
     busy = [sum(graph.job_duration(e) for e in order)
             + sum(graph.duration(op) for op in graph.tail_ops(d))
             for d, order in enumerate(compute)]
-    # rows are never empty: every device holds a stage, and all its ops are listed
-    span = [max([end[ops_of(o[-1])[0]], *(end[op] for op in graph.tail_ops(d))])
-            - start[ops_of(o[0])[0]] for d, o in enumerate(compute)]
+    # rows are never empty: every device holds a stage, and all its ops are listed; a span is
+    # measured from the device's head, not its first start (``TaskGraph.device_heads``)
+    span = [max([end[ops_of(o[-1])[0]], *(end[op] for op in graph.tail_ops(d))]) - h
+            for d, (o, h) in enumerate(zip(compute, graph.device_heads()))]
     work = sum(busy)
     peaks, peak_times, curves, violations = _memory(inst, graph, start, end)
     return SimResult(

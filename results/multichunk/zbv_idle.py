@@ -2,7 +2,7 @@
 
 Per device: its span, its work, and its idle split into the warm-up (before the device's first
 I), the middle, and the cool-down (after its last F); with the bound's warm-up term for the span
-(``memory_end_bounds`` minus the pinned first start minus the work), so one can read whether the
+(``memory_end_bounds`` minus the device's head minus the work), so one can read whether the
 gap between a schedule and the bound is the warm-up the bound already counts or later waits.
 
     python results/multichunk/zbv_idle.py zbsolve/data/instances/zbv-arxiv/zbv-6.2b-p16-m48.yaml
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 from zbsolve.baselines import generate
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance, load_instance
 from zbsolve.ops import Kind
 from zbsolve.simulate import simulate
@@ -33,7 +34,7 @@ def six_b_times(p: int, m: int) -> Instance:
 
 def idle_split(inst: Instance, sched) -> list[dict]:
     sim = simulate(inst, sched)
-    ht = bounds.unordered_heads_tails(inst)
+    heads = TaskGraph(inst).device_heads()
     ends = bounds.memory_end_bounds(inst)
     rows = []
     for d, row in enumerate(sched.orders):
@@ -49,8 +50,7 @@ def idle_split(inst: Instance, sched) -> list[dict]:
                         else "middle")
                 parts[part] += wait
         work = inst.device_work(d)
-        first = bounds.first_head(inst, ht, d)
-        warm_term = None if ends[d] is None else ends[d] - first - work
+        warm_term = None if ends[d] is None else ends[d] - heads[d] - work
         rows.append({"device": d, "span": sim.span[d], "work": work, **parts,
                      "bound warm-up term": warm_term})
     return rows

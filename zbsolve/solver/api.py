@@ -14,10 +14,10 @@ re-simulated and the best by ``ranking.rank_key`` (step time, then memory) is ke
 so the result is never worse than any hint or phase, and every figure reported is the
 simulator's.
 
-The ``span`` objective is the longest per-device span (first op to last op of a device) with
-every device starting its first op as early as the DAG allows, which is what the ASAP simulator
-measures for orders in microbatch order; the model pins each device's first start to that time
-so the solver's value and the simulator's agree.
+The ``span`` objective is the longest per-device span, from the device's head (the earliest
+the task graph lets its first op start, ``TaskGraph.device_heads``) to its last end: the
+simulator, the model, the bounds and the exhaustive search all measure it so, and nothing pins
+a device's first start.
 
 Contract for ``method="large"`` (``zbsolve.solver.large``): a function
 ``solve_large(inst, options, hints: list[Schedule]) -> tuple[Schedule | None, float | None]``
@@ -42,8 +42,6 @@ from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
 from zbsolve.solver.bounds import (
     analytic_bound,
     check_memory,
-    first_head,
-    heads_tails,
     serial_schedule,
 )
 from zbsolve.solver.budget import Budget, OutOfTime
@@ -533,17 +531,6 @@ def _source(best: _Best, chosen: _Candidate) -> str:
     return phase if phase in ("exact", "large", "memory") else f"hint:{chosen.name}"
 
 
-def hint_sim_orders(inst: Instance, starts: dict[Op, float]) -> list[list[Op]]:
-    """Ops of each device (any order) under the given starts."""
-    graph = TaskGraph(inst)
-    rows: list[list[Op]] = [[] for _ in range(inst.devices)]
-    for op in starts:
-        d = graph.device(op)
-        if d is not None:
-            rows[d].append(op)
-    return rows
-
-
 def _step_slack(si: Instance) -> int:
     """How far past every device's end the step's implicit jobs may end (model units): a span
     leaves them out (post-validation's check chain), so the span horizon makes room for their
@@ -560,9 +547,9 @@ def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
     """A schedule as a CP-SAT hint on the scaled instance: (integer starts, its overlapped
     pairs, an upper bound on the objective in model units or None, a horizon or None).
 
-    The makespan of an ASAP-timed feasible order is attainable in the model, so it is a safe
-    upper bound (and horizon). For span only if the hint starts every device at its head (the
-    model pins that); then every op ends by max(head of a first op) + span.
+    The makespan or span of an ASAP-timed feasible order is attainable in the model, so it is
+    a safe upper bound; for makespan it is also the horizon, for span every op ends by the
+    largest device head + the span (spans run from the heads, ``TaskGraph.device_heads``).
     """
     hint_sched = split_backward(sched)
     hint_sim = simulate(si, hint_sched)  # integer start times
@@ -572,12 +559,8 @@ def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
     if hint_sim.feasible and options.objective == "makespan":
         ub = int(round(hint_sim.makespan))
     elif hint_sim.feasible:
-        ht = heads_tails(si, ordered=False)
-        h0 = [first_head(si, ht, d) for d in range(si.devices)]
-        firsts = [min(starts[op] for op in row) for row in hint_sim_orders(si, starts)]
-        if all(abs(a - b) < 0.5 for a, b in zip(firsts, h0)):
-            ub = int(round(hint_sim.max_span))
-            horizon = int(max(h0)) + ub + _step_slack(si)
+        ub = int(round(hint_sim.max_span))
+        horizon = int(round(max(TaskGraph(si).device_heads()))) + ub + _step_slack(si)
     return {k: int(round(v)) for k, v in starts.items()}, pairs, ub, horizon
 
 

@@ -398,12 +398,6 @@ def all_device_tails(inst: Instance, ht: HeadsTails, devices: Iterable[int]
             for d in devices}
 
 
-def first_head(inst: Instance, ht: HeadsTails, device: int) -> float:
-    """The earliest a device can start: its first op is the first forward of one of its stages
-    (in microbatch order, the stage's first microbatch)."""
-    return min(ht.head[Op(Kind.F, s, inst.microbatches_of(s)[0])] for s in inst.stages_of(device))
-
-
 def _device_jobs(inst: Instance, ht: HeadsTails) -> list[list[tuple[float, float, float]]]:
     graph = TaskGraph(inst)
     return [[(ht.head[op], graph.min_duration(op), ht.tail[op])
@@ -418,18 +412,16 @@ def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list
 
 def device_lower_bounds(inst: Instance) -> list[float]:
     """Per device: earliest possible first start + total work (cheap, for large instances)."""
-    ht = unordered_heads_tails(inst)
     graph = TaskGraph(inst)
-    return [first_head(inst, ht, d) + graph.device_min_work(d) for d in range(inst.devices)]
+    return [h + graph.device_min_work(d) for d, h in enumerate(graph.device_heads())]
 
 
 def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
                        own_tails: bool = True) -> list[float]:
-    """Per device, a lower bound on its span (first start to last end).
+    """Per device, a lower bound on its span (its head h0 to its last end).
 
-    Spans are measured with the device's first op pinned to its earliest start h0 (the
-    ``span`` objective's definition, see api.py), so every op of the device starts at or after
-    its head: span >= head-body-tail over its ops - h0, with each op's tail the least time from
+    Spans are measured from the device's head h0 (``TaskGraph.device_heads``), the earliest any
+    of its ops can start: span >= head-body-tail over its ops - h0, with each op's tail the least time from
     its end to the end of an op of the same device (``device_tails``; the global tail would
     count work of other devices after this one's last op), and >= its work.
     """
@@ -437,12 +429,11 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
     graph = TaskGraph(inst)
     out = []
     own = all_device_tails(inst, ht, range(inst.devices)) if own_tails else {}
-    for d in range(inst.devices):
+    for d, h in enumerate(graph.device_heads()):
         tails = own.get(d, {})
         jobs = [(ht.head[op], graph.min_duration(op), tails.get(op, 0.0))
                 for op in graph.device_ops(d)]
-        out.append(max(_one_machine_bound(jobs) - first_head(inst, ht, d),
-                       graph.device_min_work(d)))
+        out.append(max(_one_machine_bound(jobs) - h, graph.device_min_work(d)))
     return out
 
 
@@ -666,15 +657,12 @@ def analytic_bound(inst: Instance, objective: str = "makespan") -> float:
         raise ValueError(f"objective: expected 'makespan' or 'span', got {objective!r}")
     mem = memory_end_bounds(inst)
     energy = memory_energy_bounds(inst)  # spans
+    heads = TaskGraph(inst).device_heads()
     if objective == "makespan":
-        ht = unordered_heads_tails(inst)
-        ends = [*mem, *(None if e is None else first_head(inst, ht, d) + e
-                        for d, e in enumerate(energy))]
+        ends = [*mem, *(None if e is None else h + e for h, e in zip(heads, energy))]
         return max(max(device_makespan_bounds(inst)), critical_path(inst),
                    max((b for b in ends if b is not None), default=0.0))
-    # spans start at the device's first forward, pinned to its head (see api.py)
-    ht = heads_tails(inst)
-    firsts = [first_head(inst, ht, d) for d in range(inst.devices)]
-    return max(max(device_span_bounds(inst, ht)),
-               max((b - f for b, f in zip(mem, firsts) if b is not None), default=0.0),
+    # spans are measured from the device's head (``TaskGraph.device_heads``)
+    return max(max(device_span_bounds(inst)),
+               max((b - h for b, h in zip(mem, heads) if b is not None), default=0.0),
                max((e for e in energy if e is not None), default=0.0))

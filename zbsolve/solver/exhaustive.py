@@ -22,13 +22,12 @@ Pruning, each valid for every completion of the node:
 - the objective's lower bound: per device, its remaining ops in order of their earliest
   start (the inputs' earliest ends plus delays, the device's own free time) finish no sooner
   than that one-machine schedule (optimal for one machine with release times); a span
-  subtracts the device's first start (timed before its first op is listed: otherwise its
-  remaining work alone); a makespan adds, per op, its longest path to the end of the graph;
+  subtracts the device's head (``TaskGraph.device_heads``, where the simulator measures it
+  from), a makespan adds, per op, its longest path to the end of the graph;
 - an op that would start after a gap its device could fill with an I or a W (an op that
   allocates nothing) that ends no later is not branched on: moving that I or W into the gap
   delays nothing and frees memory earlier, so the order with it first is as good: no start
-  is later, and the objective cannot grow (for a span only once every device's first op is
-  timed, since a span counts from it and an earlier first start lengthens it).
+  is later, and neither objective can grow (both only grow with the ends).
 
 Refused (``ValueError``): memory modes, replicas, fused or paired backwards, the step
 boundary, jobs no device runs (a copy stream or an implicit job would need the simulator's
@@ -127,8 +126,7 @@ class _Problem:
                     via = max(reach[s][k], 0.0 if self.dev[s] == k else -math.inf)
                     reach[i][k] = max(reach[i][k], c + self.dur[s] + via)
         self.own_tail = [max(0.0, reach[i][self.dev[i]]) for i in range(n)]
-        self.work = [sum(self.dur[i] for i in range(n) if self.dev[i] == d)
-                     for d in range(self.p)]
+        self.head = graph.device_heads()  # where a span is measured from
 
 
 def refusal(inst: Instance, graph: TaskGraph | None = None) -> str | None:
@@ -249,17 +247,11 @@ class _Search:
                    cands: list[tuple[int, float | None]]) -> bool:
         """Whether op i, starting at ``at`` after a gap on device d, leaves room for another
         candidate that allocates nothing (an I or a W) to run and end before it."""
-        if at is None or at <= s.free_at[d] or not self._regular(s):
+        if at is None or at <= s.free_at[d]:
             return False
         dur, alloc = self.pb.dur, self.pb.alloc
         return any(j != i and t is not None and not alloc[j] and t + dur[j] <= at
                    for j, t in cands)
-
-    def _regular(self, s: _State) -> bool:
-        """Whether the objective can only grow with any start from here on: a makespan always;
-        a span once every device's first op is timed (an earlier first start lengthens a span,
-        and moving an I or W earlier can bring forward a forward another device starts with)."""
-        return not self.span or all(row and s.start[row[0]] is not None for row in s.seq)
 
     def _time(self, s: _State) -> None:
         """Time every waiting op whose inputs are timed, until none is left to time."""
@@ -284,7 +276,7 @@ class _Search:
         ends = [max(s.start[i] + pb.dur[i] for i in row) for row in s.seq]
         if not self.span:
             return max(ends)
-        return max(e - s.start[row[0]] for e, row in zip(ends, s.seq))
+        return max(e - h for e, h in zip(ends, pb.head))
 
     def _earliest(self, s: _State, floors: list[float], keep: list[int | None] = ()
                   ) -> list[float]:
@@ -319,14 +311,7 @@ class _Search:
                 end = s.free_at[d]
             else:
                 end = max(s.free_at[d], _one_machine(jobs))
-            if not self.span:
-                best = max(best, end)
-                continue
-            first = s.seq[d][0] if s.seq[d] else None
-            if first is not None and s.start[first] is not None:
-                best = max(best, end - s.start[first])
-            else:
-                best = max(best, pb.work[d])
+            best = max(best, end - pb.head[d] if self.span else end)
         return best
 
 

@@ -50,7 +50,7 @@ from zbsolve.instance import Instance
 from zbsolve.ops import Kind, Op
 from zbsolve.schedule import Schedule, split_backward
 from zbsolve.simulate import ScheduleError, SimResult, simulate, validate
-from zbsolve.solver.bounds import device_lower_bounds, first_head, heads_tails
+from zbsolve.solver.bounds import device_lower_bounds
 from zbsolve.solver.heuristic import OBJECTIVES, GreedyDeadlock, heuristic_schedule
 from zbsolve.solver.progress import rel_gap
 
@@ -281,10 +281,8 @@ def _leads(si: Instance, objective: str) -> list[int]:
 
 
 def _first_heads(si: Instance) -> list[int]:
-    """Per device, the graph-earliest start of its first forward: where its span is measured
-    from (the convention of ``zbsolve.solver.api``); a device can start no earlier."""
-    ht = heads_tails(si, ordered=False)
-    return [int(round(first_head(si, ht, d))) for d in range(si.devices)]
+    """Per device, its head: where its span is measured from (``TaskGraph.device_heads``)."""
+    return [int(round(h)) for h in TaskGraph(si).device_heads()]
 
 
 def _post_tails(graph: TaskGraph, orders: list[list[Op]], sim: SimResult, hi_cut: list[int],

@@ -42,7 +42,6 @@ from zbsolve.ops import Entry, Kind, Op, Pair
 from zbsolve.simulate import allocates
 from zbsolve.solver.bounds import (
     analytic_bound,
-    first_head,
     heads_tails,
     memory_edges,
     min_memory_limit,
@@ -736,12 +735,6 @@ class _Builder:
                     model.add(f == self.start[leads[0]])
                 else:
                     model.add_min_equality(f, [self.start[op] for op in leads])
-            if self.objective_name == "span":
-                # Span is measured with every device starting as early as the graph allows (as
-                # the ASAP simulator does): otherwise a late start shortens a span on paper only.
-                if not ordered:
-                    model.add_min_equality(f, [self.start[op] for op in dev_ops if op.kind == Kind.F])
-                model.add(f == int(first_head(si, self.ht, d)))
             if redundant:
                 model.add(e >= f + int(math.ceil(graph.device_min_work(d) - 1e-9)))
             if self.symmetry:
@@ -875,13 +868,16 @@ class _Builder:
             self.derived.append(Derived(obj, lambda at, known: max(  # a list: p may be 1
                 [*(known[v.index] for v in self.last), *(at(op, END) for op in implicit)])))
         else:
+            # a span runs from the device's head, a constant (``TaskGraph.device_heads``): a
+            # late first start does not shorten it, so the objective is regular
             spans = []
-            for d in range(si.devices):
+            heads = [int(round(h)) for h in self.graph.device_heads()]  # integer times
+            for d, h in enumerate(heads):
                 sp = model.new_int_var(0, self.horizon, f"span{d}")
-                model.add(sp == self.last[d] - self.first[d])
+                model.add(sp == self.last[d] - h)
                 spans.append(sp)
-                self.derived.append(Derived(sp, lambda at, known, e=self.last[d], f=self.first[d]:
-                                            known[e.index] - known[f.index]))
+                self.derived.append(Derived(sp, lambda at, known, e=self.last[d], h=h:
+                                            known[e.index] - h))
             model.add_max_equality(obj, spans)
             self.derived.append(Derived(obj, lambda at, known: max(known[v.index] for v in spans)))
         if upper_bound is not None:
