@@ -420,10 +420,10 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
                        own_tails: bool = True) -> list[float]:
     """Per device, a lower bound on its span (its head h0 to its last end).
 
-    Spans are measured from the device's head h0 (``TaskGraph.device_heads``), the earliest any
-    of its ops can start: span >= head-body-tail over its ops - h0, with each op's tail the least time from
-    its end to the end of an op of the same device (``device_tails``; the global tail would
-    count work of other devices after this one's last op), and >= its work.
+    Spans are measured from the device's head h0 (``TaskGraph.device_heads``), the earliest
+    any of its ops can start: span >= head-body-tail over its ops - h0, with each op's tail the
+    least time from its end to the end of an op of the same device (``device_tails``; the
+    global tail would count work of other devices after this one's last op), and >= its work.
     """
     ht = ht or heads_tails(inst)
     graph = TaskGraph(inst)
