@@ -417,20 +417,16 @@ class TaskGraph:
         forward (every other op waits for its unit's forward); the earliest is the longest
         path of forwards and hand-off delays to a first microbatch of one of its stages.
         Full durations, not ``min_duration``: before a device's first op no backward has run
-        (a backward waits for its microbatch's forward on every stage of its replica), so no
-        forward before it ran inside a shorter overlapped pair. Where some device lacks a
-        stage of some replica that argument fails and the pair-shortened times are used.
+        (a backward waits for its microbatch's forward on every stage of its replica, and every
+        device holds a stage of every replica: each device holds one of replica 0, and replica
+        1 mirrors it), so no forward before it ran inside a shorter overlapped pair.
         """
         inst = self.inst
-        R = inst.replicas
-        full = not self.overlap or all(
-            len({inst.replica_of(s) for s in inst.stages_of(d)}) == R
-            for d in range(inst.devices))
-        dur = self.duration if full else self.min_duration
         head: dict[Op, float] = {}
-        for op in self.topological(range(min(R, inst.microbatches)), implicit=False):
+        for op in self.topological(range(min(inst.replicas, inst.microbatches)), implicit=False):
             if op.kind == Kind.F:
-                head[op] = max((head[q] + dur(q) + c for q, c in self.preds(op)), default=0.0)
+                head[op] = max((head[q] + self.duration(q) + c for q, c in self.preds(op)),
+                               default=0.0)
         return [min(head[Op(Kind.F, s, inst.microbatches_of(s)[0], 0)] for s in inst.stages_of(d))
                 for d in range(inst.devices)]
 
