@@ -553,14 +553,15 @@ def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
     """
     hint_sched = split_backward(sched)
     hint_sim = simulate(si, hint_sched)  # integer start times
+    graph = TaskGraph(si)
     starts, pairs = _model_starts(hint_sched, hint_sim, options.symmetry,
-                                  si if TaskGraph(si).open else None)
+                                  si if graph.open else None)
     ub, horizon = None, None
     if hint_sim.feasible and options.objective == "makespan":
         ub = int(round(hint_sim.makespan))
     elif hint_sim.feasible:
         ub = int(round(hint_sim.max_span))
-        horizon = int(round(max(TaskGraph(si).device_heads()))) + ub + _step_slack(si)
+        horizon = int(round(max(graph.device_heads()))) + ub + _step_slack(si)
     return {k: int(round(v)) for k, v in starts.items()}, pairs, ub, horizon
 
 
