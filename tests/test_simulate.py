@@ -172,12 +172,16 @@ def _random_instance(p, m, v, placement, seed, comm, weight_frac, limit):
     )
 
 
-def _check_heads(inst, sched, r):
-    """No device starts before its head, and its span runs from there to its last end."""
-    for d, (order, h) in enumerate(zip(sched.orders, TaskGraph(inst).device_heads())):
+def _check_heads(inst, sched, r) -> tuple[list[float], list[float]]:
+    """No device starts before its head, and its span runs from there to its last end;
+    returns the heads and the devices' first starts."""
+    heads, firsts = TaskGraph(inst).device_heads(), []
+    for d, (order, h) in enumerate(zip(sched.orders, heads)):
         ops = [op for entry in order for op in ops_of(entry)]
-        assert min(r.start[op] for op in ops) >= h - EPS
+        firsts.append(min(r.start[op] for op in ops))
+        assert firsts[-1] >= h - EPS
         assert r.span[d] == pytest.approx(max(r.end[op] for op in ops) - h)
+    return heads, firsts
 
 
 def _check_invariants(inst, sched, r):
@@ -220,13 +224,10 @@ def test_no_device_starts_before_its_head_in_any_family(extra):
     # op no backward has run, so no pair either (TaskGraph.device_heads). Every published
     # family starts each device at its head, so its spans are the first-start-to-end ones
     inst = make_instance(**{"p": 4, "m": 8, "F": 1.5, "I": 1.0, "W": 0.5, **extra})
-    heads = TaskGraph(inst).device_heads()
     ran = [res for res in evaluate_all(inst) if res.applicable]
     assert ran
     for res in ran:
-        _check_heads(inst, res.schedule, res.result)
-        firsts = [min(res.result.start[op] for e in row for op in ops_of(e))
-                  for row in res.schedule.orders]
+        heads, firsts = _check_heads(inst, res.schedule, res.result)
         assert firsts == pytest.approx(heads), res.name
 
 
