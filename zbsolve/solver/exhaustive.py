@@ -65,7 +65,8 @@ class Exhaustive:
 
 class _Problem:
     """The instance as arrays: ops 0..n-1, their device, duration, inputs with delays,
-    memory allocated at start / freed at end, same-device ancestors, class and tails."""
+    memory allocated at start / freed at end, same-device ancestors, class, tails and the
+    devices' heads."""
 
     def __init__(self, inst: Instance, symmetry: bool):
         graph = TaskGraph(inst)
