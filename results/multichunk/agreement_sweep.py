@@ -66,6 +66,8 @@ def main(args: list[str]) -> None:
         count, seed = int(args[0]), int(args[1])
     except (IndexError, ValueError):
         sys.exit("usage: agreement_sweep.py COUNT SEED")
+    if count < 1:
+        sys.exit("agreement_sweep.py: COUNT must be at least 1")
     rng = random.Random(seed)
     compared = unproven = bad = 0
     t0 = time.perf_counter()
