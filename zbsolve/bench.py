@@ -374,7 +374,7 @@ def meets(case: Case, row: dict[str, Any]) -> bool:
 
 COLUMNS = ("case", "family", "p", "m", "v", "ops", "limit", "objective", "status", "value",
            "makespan", "span", "bubble_makespan", "bubble_span", "lower_bound", "gap",
-           "solve_time", "time_limit", "method", "source", "peak_memory", "heuristic",
+           "solve_time", "proof_time", "time_limit", "method", "source", "peak_memory", "heuristic",
            "baseline", "baseline_value", "anchor", "anchor_bubble", "anchor_T", "ratio", "goal",
            "meets")
 
