@@ -28,10 +28,12 @@ The minimum over the feasible vectors is a lower bound on the optimal span.
 
     python results/multichunk/state_branch.py zbv 4 16     # ZB-V's 6.2B times, limit 2p
     python results/multichunk/state_branch.py check 1 40   # random V instances vs solve
+    python results/multichunk/state_branch.py check 4 20 4 # the same with p = 4
 
 ``zbv P M`` prints the bound with X on the tip's upper stage (stage p) for microbatch m - 1,
-next to the analytic bound and the published ZB-V; ``check SEED COUNT`` compares it with
-``solve``'s value (30 s, span) on random small V instances and flags any bound above it.
+next to the analytic bound and the published ZB-V; ``check SEED COUNT [P,...]`` compares it
+with ``solve``'s value (30 s, span) on random small V instances (p = 2 or 3 unless P names
+others) and flags any bound above it.
 Only plain V instances (one replica, one segment, no pairs, no memory modes, no params).
 """
 
@@ -180,12 +182,12 @@ def _zbv(p: int, m: int) -> None:
           f"({states} states, {time.monotonic() - t0:.1f} s)")
 
 
-def _check(seed: int, count: int) -> None:
+def _check(seed: int, count: int, devices: list[int]) -> None:
     from zbsolve.solver import SolveOptions, solve
 
     rng, above = random.Random(seed), 0
     for i in range(count):
-        p, m = rng.choice([2, 3]), rng.choice([3, 4, 5])
+        p, m = rng.choice(devices), rng.choice([3, 4, 5])
         f, b, w = (rng.randint(1, 5) for _ in range(3))
         comm, kept = rng.choice([0, 1, 2]), rng.choice([0.25, 0.5, 0.75])
         limit = rng.choice([2 * p, 2 * p + 1, 2 * p + 2])
@@ -207,8 +209,11 @@ def _check(seed: int, count: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] in ("zbv", "check"):
-        a, b = int(sys.argv[2]), int(sys.argv[3])
-        _zbv(a, b) if sys.argv[1] == "zbv" else _check(a, b)
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "zbv":
+        _zbv(int(args[1]), int(args[2]))
+    elif len(args) in (3, 4) and args[0] == "check":
+        _check(int(args[1]), int(args[2]),
+               [int(x) for x in args[3].split(",")] if len(args) == 4 else [2, 3])
     else:
-        sys.exit("usage: state_branch.py zbv P M | state_branch.py check SEED COUNT")
+        sys.exit("usage: state_branch.py zbv P M | state_branch.py check SEED COUNT [P,...]")
