@@ -21,8 +21,8 @@ vector:
   had not ended when X started, so it had not started either;
 - X cannot start before its ancestors on e have run: their preemptive one-machine end
   (Jackson), and, since before the earliest I on e only forwards run and at most
-  floor(room / act) of them fit, h_I + work - min(cap, h_I - h_F) when the ancestors' work is
-  above that;
+  floor(room / least activation) of them fit, h_I + work - min(cap, h_I - h_F) when the
+  ancestors' work is above that;
 then the per-device head-body-tail bound on the graph with these edges (own-device tails).
 The minimum over the feasible vectors is a lower bound on the optimal span.
 
@@ -34,7 +34,8 @@ The minimum over the feasible vectors is a lower bound on the optimal span.
 next to the analytic bound and the published ZB-V; ``check SEED COUNT [P,...]`` compares it
 with ``solve``'s value (30 s, span) on random small V instances (p = 2 or 3 unless P names
 others) and flags any bound above it.
-Only plain V instances (one replica, one segment, no pairs, no memory modes, no params).
+Only plain V instances (``Instance.plain``: one replica, one segment, no pairs, no memory
+modes, no step jobs); others are refused.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import time
 from collections import deque
 
 from zbsolve.graph import TaskGraph
-from zbsolve.instance import Instance, load_instance
+from zbsolve.instance import Instance, load_instance, placement_for
 from zbsolve.numeric import REL_TOL
 from zbsolve.ops import Op
 from zbsolve.solver import bounds
@@ -162,6 +163,9 @@ def state_bound(inst: Instance, e: int, t: int, n: int) -> tuple[float, int]:
 
 def tip_bound(inst: Instance) -> tuple[float, int]:
     """The state bound at the V's tip: device p - 1's upper stage p, the last microbatch."""
+    if not (inst.plain and inst.chunks == 2
+            and inst.placement == placement_for("v", inst.devices, 2)):
+        raise ValueError(f"{inst.name}: the state bound is written for plain V instances only")
     p = inst.devices
     return state_bound(inst, p - 1, p, inst.microbatches - 1)
 
