@@ -134,6 +134,8 @@ def _state_value(inst: Instance, graph: TaskGraph, base_head: dict[Op, float], x
             pre = min(sum(forwards[-fits:]) if fits > 0 else 0.0, max(h_i - h_f, 0.0))
             if work > pre:  # at least work - pre of them runs after h_I
                 head[x] = max(head[x], h_i + work - pre)
+    # bounds.all_device_tails walks graph.topological(), in which the edges out of X point
+    # backwards (to earlier microbatches), so the tails are walked here on ``topo``
     succ: dict[Op, list[tuple[Op, float]]] = {o: [] for o in topo}
     for o in topo:
         for q, w in preds[o]:
@@ -212,12 +214,20 @@ def _check(seed: int, count: int, devices: list[int]) -> None:
     print(f"{count} instances, {above} with the bound above a schedule")
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    if len(args) == 3 and args[0] == "zbv":
-        _zbv(int(args[1]), int(args[2]))
-    elif len(args) in (3, 4) and args[0] == "check":
-        _check(int(args[1]), int(args[2]),
-               [int(x) for x in args[3].split(",")] if len(args) == 4 else [2, 3])
+def main(args: list[str]) -> None:
+    usage = "usage: state_branch.py zbv P M | state_branch.py check SEED COUNT [P,...]"
+    try:
+        numbers = [int(x) for x in args[1:3]]
+        devices = [int(x) for x in args[3].split(",")] if len(args) == 4 else [2, 3]
+    except ValueError:
+        sys.exit(usage + " (whole numbers)")
+    if args[:1] == ["zbv"] and len(args) == 3 and min(numbers) >= 1:
+        _zbv(*numbers)
+    elif args[:1] == ["check"] and len(args) in (3, 4) and numbers[1] >= 1 and min(devices) >= 1:
+        _check(numbers[0], numbers[1], devices)
     else:
-        sys.exit("usage: state_branch.py zbv P M | state_branch.py check SEED COUNT [P,...]")
+        sys.exit(usage + " (P, M, COUNT and each P at least 1)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

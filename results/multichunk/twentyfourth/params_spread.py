@@ -25,8 +25,10 @@ from zbsolve.solver import SolveOptions, solve
 def _case(case_id: str):
     """(instance, objective) of a bench case id or of a case file."""
     if case_id.endswith(".json"):
-        with open(case_id, encoding="utf-8") as f:
-            return load_instance(json.load(f)), "span"
+        try:
+            return load_instance(case_id), "span"
+        except (ValueError, OSError) as exc:  # InstanceError is a ValueError
+            sys.exit(f"params_spread.py: {exc}")
     from zbsolve.bench import build_cases
 
     case = next((c for c in build_cases() if c.id == case_id), None)
@@ -36,10 +38,15 @@ def _case(case_id: str):
 
 
 def main(args: list[str]) -> None:
-    if len(args) != 4:
-        sys.exit("usage: params_spread.py CASE SECONDS A:B '{\"name\": {params}, ...}'")
-    case_id, limit, seeds, sets = args[0], float(args[1]), args[2], json.loads(args[3])
-    first, stop = (int(x) for x in seeds.split(":"))
+    usage = "usage: params_spread.py CASE SECONDS A:B '{\"name\": {params}, ...}'"
+    try:
+        case_id, limit, sets = args[0], float(args[1]), json.loads(args[3])
+        first, stop = (int(x) for x in args[2].split(":"))
+    except (IndexError, ValueError):  # JSONDecodeError is a ValueError
+        sys.exit(usage)
+    if len(args) != 4 or not 0 < limit < float("inf") or not 0 <= first < stop or not (
+            isinstance(sets, dict) and all(isinstance(v, dict) for v in sets.values())):
+        sys.exit(usage + " (SECONDS positive, 0 <= A < B, each set a JSON object)")
     inst, objective = _case(case_id)
     for name, params in sets.items():
         runs = []
