@@ -4,7 +4,9 @@ bound switch (on by default): a run stuck at the analytic bound and at its hint 
 The instance is ZB-V's 6.2B times at p = 2, m = 6 (limit 2p): its optimum is the published ZB-V
 span, 472.81, and the default search leaves the bound at the analytic 464.86 for minutes
 (results/multichunk/README.md, "Eleventh pass"), while the bound search proves it in about a
-second. Only the first test solves; the others check the wiring and the refusals.
+second. The memory-state bound proves it before any search (tests/test_state_bound.py), so the
+solves here run without it. Only the first test solves; the others check the wiring and the
+refusals.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def _zbv_p2_m6():
 
 def test_bound_search_proves_what_the_default_search_does_not():
     res = solve(_zbv_p2_m6(), SolveOptions(time_limit=30, workers=2, seed=0, objective="span",
-                                           bound_search=True, memory_tiebreak=False))
+                                           bound_search=True, memory_tiebreak=False,
+                                           state_bound=False))
     assert res.status == "optimal"
     assert res.objective_value == pytest.approx(472.81)
     assert res.lower_bound == pytest.approx(472.81)
@@ -94,13 +97,13 @@ def test_the_switch_proves_it_by_default():
     # same solve ends at the analytic bound
     inst = _zbv_p2_m6()
     res = solve(inst, SolveOptions(time_limit=12, workers=2, seed=0, objective="span",
-                                   memory_tiebreak=False))
+                                   memory_tiebreak=False, state_bound=False))
     assert res.status == "optimal" and res.lower_bound == pytest.approx(472.81)
     runs = res.schedule.meta["solver"]["cp_runs"]
     assert [(r["phase"], r["stopped"], r["bound_search"]) for r in runs] == [
         ("exact", True, False), ("bound-search", False, True)]
     off = solve(inst, SolveOptions(time_limit=12, workers=2, seed=0, objective="span",
-                                   memory_tiebreak=False, bound_switch=False))
+                                   memory_tiebreak=False, bound_switch=False, state_bound=False))
     assert off.status == "feasible" and off.lower_bound == pytest.approx(464.86)
     assert [r["phase"] for r in off.schedule.meta["solver"]["cp_runs"]] == ["exact"]
 

@@ -1,191 +1,42 @@
-"""A span bound that branches on the memory state at one forward (issue 18, the V drain;
-a prototype, not in the solver yet: docs/solver.md, "Branching on a forward's memory state").
+"""The memory-state bound (``zbsolve.solver.state_bound``; docs/solver.md, "Branching on a
+forward's memory state") on its own, outside ``solve``: issue 18's ZB-V and V rows.
 
-Why. Without the memory cumulative (the memory edges kept) the exact model's optimum of ZB-V's
-6.2B times at p = 2, m = 4 is the analytic bound, 310.98, by deferring W's; with it, 318.93.
-What the bound misses is memory held across kinds and stages at once: at the start of the
-tip's last forward its device must have freed enough, and whether it freed it by running
-its W's early or by taking its backwards late is a choice no longest path sees.
+    python results/multichunk/state_branch.py zbv 4 16            # ZB-V's 6.2B times, limit 2p
+    python results/multichunk/state_branch.py rows 60 'zbv/*'     # bench cases, 60 s each
+    python results/multichunk/state_branch.py check 1 40          # random V instances vs solve
+    python results/multichunk/state_branch.py check 4 20 4        # the same with p = 4
 
-The argument. Fix X = F(t, n) on device e and assume microbatch order per (kind, stage) (some
-optimal schedule has it, ``bounds``' module docstring). At X's start, for each freeing class c
-= (I or W, stage s <= t of e), the ops of microbatches < a_c have ended and those of a_c .. n-1
-have not: a threshold vector (a_c) with a_W <= a_I per stage and a_I(lower stage) <=
-a_I(higher stage). The device then holds X's microbatch's activations of its stages <= t
-(their forwards precede X) plus, per earlier microbatch and stage <= t, the activation while
-its I is pending, else the W part while its W is, and that must fit the limit (the
-simulator's test). So every schedule's state is one of the *feasible* vectors, and under a
-vector:
-- the last done op of each class ends before X starts (edge op(c, a_c - 1) -> X);
-- the first op not done starts after X ends (edge X -> op(c, a_c)): it is on X's device and
-  had not ended when X started, so it had not started either;
-- X cannot start before its ancestors on e have run: their preemptive one-machine end
-  (Jackson), and, since before the earliest I on e only forwards run and at most
-  floor(room / least activation) of them fit, h_I + work - min(cap, h_I - h_F) when the
-  ancestors' work is above that;
-then the per-device head-body-tail bound on the graph with these edges (own-device tails).
-The minimum over the feasible vectors is a lower bound on the optimal span.
-
-    python results/multichunk/state_branch.py zbv 4 16     # ZB-V's 6.2B times, limit 2p
-    python results/multichunk/state_branch.py check 1 40   # random V instances vs solve
-    python results/multichunk/state_branch.py check 4 20 4 # the same with p = 4
-
-``zbv P M`` prints the bound with X on the tip's upper stage (stage p) for microbatch m - 1,
-next to the analytic bound and the published ZB-V; ``check SEED COUNT [P,...]`` compares it
-with ``solve``'s value (30 s, span) on random small V instances (p = 2 or 3 unless P names
-others) and flags any bound above it.
-Only plain V instances (``Instance.plain``: one replica, one segment, no pairs, no memory
-modes, no step jobs); others are refused.
+``zbv P M`` prints the bound at the V's tip next to the analytic bound and the published ZB-V
+schedule's span; ``rows SECONDS PATTERN...`` the same for ``zbsolve bench`` cases, the search
+cut at SECONDS; ``check SEED COUNT [P,...]`` compares it with ``solve``'s value (30 s, span,
+without the state bound) on random small V instances (p = 2 or 3 unless P names others) and
+flags any bound above it. Until 303c5c1 this script held a prototype that walked every
+threshold vector (the twenty-fourth pass's outputs); the solver's box search gives the same
+values (tests/test_state_bound.py checks it against a walk of every vector).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import random
 import sys
 import time
-from collections import deque
 
-from zbsolve.graph import TaskGraph
-from zbsolve.instance import Instance, load_instance, placement_for
-from zbsolve.numeric import REL_TOL
-from zbsolve.ops import Op
+from zbsolve.baselines import generate
+from zbsolve.instance import Instance, load_instance
+from zbsolve.simulate import simulate
 from zbsolve.solver import bounds
+from zbsolve.solver.state_bound import state_bound
 
 
-def feasible_states(inst: Instance, e: int, t: int, n: int) -> list[dict[tuple[str, int], int]]:
-    """Every threshold vector whose memory at F(t, n)'s start fits device e's limit."""
-    stages = sorted(s for s in inst.stages_of(e) if s <= t)
-    act, wgt = inst.segment_table("activation"), inst.segment_table("weight")
-    room = inst.limit[e] / (1 - REL_TOL) - inst.resident(e)
-    classes = [("I", s) for s in stages] + [("W", s) for s in stages]
-    out = []
-    for values in itertools.product(range(n + 1), repeat=len(classes)):
-        a = dict(zip(classes, values))
-        if any(a[("W", s)] > a[("I", s)] for s in stages):
-            continue
-        if any(a[("I", lo)] > a[("I", hi)] for lo in stages for hi in stages if lo < hi):
-            continue
-        held = sum(act[s][0] for s in stages)
-        for k in range(n):
-            for s in stages:
-                held += (act[s][0] if k >= a[("I", s)]
-                         else wgt[s][0] if k >= a[("W", s)] else 0.0)
-        if held <= room:
-            out.append(a)
-    return out
-
-
-def _toposort(ops: list[Op], preds: dict[Op, list[tuple[Op, float]]]) -> list[Op] | None:
-    succ: dict[Op, list[Op]] = {o: [] for o in ops}
-    indeg = dict.fromkeys(ops, 0)
-    for o in ops:
-        for q, _ in preds[o]:
-            succ[q].append(o)
-            indeg[o] += 1
-    queue, out = deque(o for o in ops if indeg[o] == 0), []
-    while queue:
-        o = queue.popleft()
-        out.append(o)
-        for s in succ[o]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                queue.append(s)
-    return out if len(out) == len(ops) else None  # a cycle: no schedule has this state
-
-
-def _state_value(inst: Instance, graph: TaskGraph, base_head: dict[Op, float], x: Op, e: int,
-                 a: dict[tuple[str, int], int]) -> float | None:
-    """The span bound under one state (None: the state's edges close a cycle)."""
-    caps = bounds.memory_precedences(inst)
-    order = graph.topological()
-    preds = {op: list(bounds._preds(graph, op, True, caps)) for op in order}
-    for (kind, s), k in a.items():
-        if k > 0:
-            q = Op(kind, s, k - 1)
-            preds[x].append((q, graph.min_duration(q)))
-        if k < x.mb:
-            preds[Op(kind, s, k)].append((x, graph.min_duration(x)))
-    topo = _toposort(order, preds)
-    if topo is None:
-        return None
-    act = inst.segment_table("activation")
-    # the most forwards that fit: all of the smallest activation (nothing frees before an I)
-    fits = int((inst.limit[e] / (1 - REL_TOL) - inst.resident(e)) // min(
-        act[s][0] for s in inst.stages_of(e)))
-    h_i = min(base_head[q] for q in graph.device_ops(e) if q.kind == "I")
-    head: dict[Op, float] = {}
-    for op in topo:
-        head[op] = max((head[q] + w for q, w in preds[op]), default=0.0)
-        if op == x:
-            anc, stack = set(), [x]
-            while stack:
-                for q, _ in preds[stack.pop()]:
-                    if q not in anc:
-                        anc.add(q)
-                        stack.append(q)
-            mine = [q for q in anc if graph.device(q) == e]
-            head[x] = max(head[x], bounds._one_machine_bound(
-                [(head[q], graph.min_duration(q), 0.0) for q in mine]))
-            forwards = sorted(graph.min_duration(q) for q in mine if q.kind == "F")
-            work = sum(graph.min_duration(q) for q in mine)
-            h_f = min((head[q] for q in mine if q.kind == "F"), default=h_i)
-            pre = min(sum(forwards[-fits:]) if fits > 0 else 0.0, max(h_i - h_f, 0.0))
-            if work > pre:  # at least work - pre of them runs after h_I
-                head[x] = max(head[x], h_i + work - pre)
-    # bounds.all_device_tails walks graph.topological(), in which the edges out of X point
-    # backwards (to earlier microbatches), so the tails are walked here on ``topo``
-    succ: dict[Op, list[tuple[Op, float]]] = {o: [] for o in topo}
-    for o in topo:
-        for q, w in preds[o]:
-            succ[q].append((o, w))
-    best = -math.inf
-    for d, h0 in enumerate(graph.device_heads()):
-        tail: dict[Op, float] = {}
-        for o in reversed(topo):  # end of o -> end of an op of d (start-to-start weights)
-            t = 0.0 if graph.device(o) == d else -math.inf
-            for s, w in succ[o]:
-                t = max(t, tail[s] + w - graph.min_duration(o) + graph.min_duration(s))
-            tail[o] = t
-        jobs = [(head[o], graph.min_duration(o), max(tail[o], 0.0)) for o in graph.device_ops(d)]
-        best = max(best, bounds._one_machine_bound(jobs) - h0)
-    return best
-
-
-def state_bound(inst: Instance, e: int, t: int, n: int) -> tuple[float, int]:
-    """min over the feasible states at F(t, n) on device e; and how many states."""
-    graph = TaskGraph(inst)
-    base_head = bounds.heads_tails(inst).head
-    x = Op("F", t, n)
-    values = [v for a in feasible_states(inst, e, t, n)
-              if (v := _state_value(inst, graph, base_head, x, e, a)) is not None]
-    return min(values), len(values)
-
-
-def tip_bound(inst: Instance) -> tuple[float, int]:
-    """The state bound at the V's tip: device p - 1's upper stage p, the last microbatch."""
-    if not (inst.plain and inst.chunks == 2
-            and inst.placement == placement_for("v", inst.devices, 2)):
-        raise ValueError(f"{inst.name}: the state bound is written for plain V instances only")
-    p = inst.devices
-    return state_bound(inst, p - 1, p, inst.microbatches - 1)
-
-
-def _zbv(p: int, m: int) -> None:
-    sys.path.insert(0, "results/multichunk")
-    from zbv_idle import six_b_times
-
-    from zbsolve.baselines import generate
-    from zbsolve.simulate import simulate
-
-    inst = six_b_times(p, m)
-    zbv = simulate(inst, generate("zb-v", inst)).max_span
-    t0 = time.monotonic()
-    value, states = tip_bound(inst)
-    print(f"p = {p}, m = {m}: ZB-V {zbv:.2f}, analytic bound "
-          f"{bounds.analytic_bound(inst, 'span'):.2f}, state bound {value:.2f} "
-          f"({states} states, {time.monotonic() - t0:.1f} s)")
+def _line(name: str, inst: Instance, seconds: float | None = None) -> str:
+    sim = simulate(inst, generate("zb-v", inst))
+    deadline = None if seconds is None else time.monotonic() + seconds
+    got = state_bound(inst, "span", deadline=deadline)
+    zbv = (f"ZB-V {sim.max_span:.2f} (gap {(sim.max_span - got.value) / sim.max_span:.3%})"
+           if sim.feasible else "ZB-V above the limit")
+    return (f"{name}: analytic bound {bounds.analytic_bound(inst, 'span'):.2f}, state bound "
+            f"{got.value:.2f} ({'every vector' if got.exact else 'cut'}, {got.boxes} boxes, "
+            f"{got.seconds:.1f} s), {zbv}")
 
 
 def _check(seed: int, count: int, devices: list[int]) -> None:
@@ -201,8 +52,9 @@ def _check(seed: int, count: int, devices: list[int]) -> None:
             "name": f"v{i}", "devices": p, "microbatches": m, "chunks": 2, "placement": "v",
             "times": {"F": f, "I": b, "W": w}, "comm": comm,
             "memory": {"activation": 1, "weight": kept, "limit": limit}})
-        value, _ = tip_bound(inst)
-        res = solve(inst, SolveOptions(time_limit=30, objective="span", workers=2, seed=0))
+        value = state_bound(inst, "span").value
+        res = solve(inst, SolveOptions(time_limit=30, objective="span", workers=2, seed=0,
+                                       state_bound=False))
         flag = ""
         if value > res.objective_value + 1e-6:
             above += 1
@@ -215,18 +67,32 @@ def _check(seed: int, count: int, devices: list[int]) -> None:
 
 
 def main(args: list[str]) -> None:
-    usage = "usage: state_branch.py zbv P M | state_branch.py check SEED COUNT [P,...]"
+    usage = ("usage: state_branch.py zbv P M | state_branch.py rows SECONDS PATTERN... | "
+             "state_branch.py check SEED COUNT [P,...]")
     try:
-        numbers = [int(x) for x in args[1:3]]
-        devices = [int(x) for x in args[3].split(",")] if len(args) == 4 else [2, 3]
-    except ValueError:
+        numbers = [int(x) for x in args[1:3]] if args[:1] != ["rows"] else [int(args[1])]
+        devices = ([int(x) for x in args[3].split(",")] if len(args) == 4 and args[0] == "check"
+                   else [2, 3])
+    except (ValueError, IndexError):
         sys.exit(usage + " (whole numbers)")
     if args[:1] == ["zbv"] and len(args) == 3 and min(numbers) >= 1:
-        _zbv(*numbers)
+        sys.path.insert(0, "results/multichunk")
+        from zbv_idle import six_b_times
+
+        p, m = numbers
+        print(_line(f"p = {p}, m = {m}", six_b_times(p, m)), flush=True)
+    elif args[:1] == ["rows"] and len(args) >= 3 and numbers[0] > 0:
+        from zbsolve import bench
+
+        cases = bench.select(bench.build_cases(), args[2:])
+        if not cases:
+            sys.exit(f"state_branch.py rows: no bench case matches {args[2:]}")
+        for case in cases:
+            print(_line(case.id, case.inst, numbers[0]), flush=True)
     elif args[:1] == ["check"] and len(args) in (3, 4) and numbers[1] >= 1 and min(devices) >= 1:
         _check(numbers[0], numbers[1], devices)
     else:
-        sys.exit(usage + " (P, M, COUNT and each P at least 1)")
+        sys.exit(usage + " (P, M, COUNT, SECONDS and each P at least 1)")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ call): reject impossible memory limits; bound the optimum (``bounds.analytic_bou
 every hand-made schedule with the simulator, add the caller's hints, the I/W-split forms and
 the greedy list scheduler (the serial schedule when nothing else fits), on overlap instances
 the best few of them given overlapped F&B pairs (``pairing.pair_up``), and take the best one
-as the incumbent (hint, with its pairs, and upper bound); on devices with several stages and
-many microbatches, solve the model with fewer microbatches and offer the repeats of its steady
+as the incumbent (hint, with its pairs, and upper bound); on V placements with limits, raise
+the bound by branching on the tip's memory state (``state_bound``); on devices with several
+stages and many microbatches, solve the model with fewer microbatches and offer the repeats of its steady
 state (``stretch``); run CP-SAT (or the large-instance method, whose windows hand the time
 they cannot use to CP-SAT on the whole model: ``_hands_over``); then a second, short CP-SAT
 phase that keeps the best step time and minimizes memory. Every phase's schedule is
@@ -30,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -100,6 +102,14 @@ RELAX_FIRST_SHARE, RELAX_FIRST_SLICE, RELAX_FIRST_MAX_OPS = 0.1, 1.0, 800
 # measured on its own, a proof that waits for the bound rather than the schedule), the top
 # device kept with its most overloaded partner, PAIR_SHARE of the budget (``_pair_near``)
 PAIR_NEAR, PAIR_SHARE = 0.02, 0.15
+# V placements with limits: the memory-state bound at the tip (``_state_phase``) for at most
+# STATE_SHARE of the budget (its box search stops at STATE_CUT of that share, leaving the rest
+# for the paths it computes first; deterministic: STATE_BOXES boxes)
+STATE_SHARE, STATE_CUT, STATE_BOXES = 0.3, 0.9, 20_000
+# ... and gives up after STATE_PATIENCE boxes at or below the analytic bound: on ZB-V's rows it
+# rises above it within 57-225 boxes, on the V-Min / V-Half rows mostly never (vmin/p16-m32,
+# at 773; vmin/p8-m64 would spend 31 s to end at the analytic bound; twenty-fifth pass)
+STATE_PATIENCE = 2_000
 # A whole-model CP-SAT run stops this much before the end of the budget (``finish_reserve``)
 FINISH_PER_OP, FINISH_MAX = 2e-4, 0.6
 
@@ -133,6 +143,9 @@ class SolveOptions:
     # the limit (bound at the analytic one, nothing better than its hint) goes on with the
     # bound search (docs/solver.md, "The bound switch")
     bound_switch: bool = True
+    # V placements with limits: the bound that branches on the tip's memory state, before the
+    # stretch and the search (``_state_phase``)
+    state_bound: bool = True
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -402,9 +415,6 @@ def solve(inst: Instance, options: SolveOptions | None = None,
 
     cp_bound: float | None = None
     ran = False
-    if options.stretch and rel_gap(inc.sim.value(objective), analytic) > within:
-        ran = _stretch_phase(inst, options, best, budget, progress, info, analytic)
-        inc = best.best()
     floor = analytic  # the best bound before the search
     singles: list[Any] = []  # the relaxations first (``relaxation.Relaxation``)
 
@@ -417,12 +427,19 @@ def solve(inst: Instance, options: SolveOptions | None = None,
             progress.goal = bound / (1 - options.gap)
             progress.note(best.best().sim.value(objective), floor, what)
 
-    if (method == "exact" and rel_gap(inc.sim.value(objective), analytic) > within
+    if options.state_bound and rel_gap(inc.sim.value(objective), floor) > within:
+        lift(_state_phase(inst, options, budget, info, progress, inc.sim.value(objective),
+                          within), "the memory-state bound")
+    if options.stretch and rel_gap(inc.sim.value(objective), floor) > within:
+        ran = _stretch_phase(inst, options, best, budget, progress, info, floor)
+        inc = best.best()
+    if (method == "exact" and rel_gap(inc.sim.value(objective), floor) > within
             and _relaxes_first(inst, options, n_ops)):
         lifted, singles = _relax_first(inst, options, budget, info, inc.sim.value(objective),
                                        within)
         lift(lifted, "one-device relaxations")
     named = ("the analytic lower bound" if floor == analytic
+             else "the memory-state bound" if floor == info.get("state_bound", {}).get("value")
              else "the bound of the one-device relaxations")
     proven = rel_gap(inc.sim.value(objective), floor) <= within
     if proven:
@@ -830,6 +847,42 @@ def _hands_over(inst: Instance, n_ops: int, time_limit: float) -> bool:
     found the same schedules either way."""
     return (inst.several_stages_per_device and inst.overlap is None and not inst.offers_modes
             and n_ops <= HANDOVER_MAX_OPS and time_limit >= HANDOVER_MIN_SECONDS)
+
+
+def _state_phase(inst: Instance, options: SolveOptions, budget: Budget, info: dict[str, Any],
+                 progress: Progress, incumbent: float, within: float) -> float | None:
+    """The memory-state bound at the V's tip (``state_bound``) for STATE_SHARE of the budget
+    (deterministic: STATE_BOXES boxes), stopping once it proves ``incumbent`` within
+    ``within`` or, after STATE_PATIENCE boxes, while it is no higher than the analytic bound;
+    None where it does not apply, is too large or does not fit its share.
+
+    Why before the stretch and the search: on ZB-V's rows the analytic bound is 2-6 % below
+    ZB-V and the state bound meets it (6.2B, p = 16: 4,411 boxes, 3.5 s), so the hint is
+    proven and nothing else runs (docs/solver.md, "Branching on a forward's memory state")."""
+    from zbsolve.solver import state_bound
+
+    if state_bound.applies(inst) is not None or state_bound.v_tip(inst) is None:
+        return None
+    seconds = budget.share(STATE_SHARE)
+    deadline = None if budget.deterministic else time.monotonic() + STATE_CUT * seconds
+    try:  # the deadline is read between boxes; the alarm cuts the paths computed first
+        with budget.alarm(seconds):
+            got = state_bound.state_bound(inst, options.objective,
+                                          target=incumbent * (1 - within),
+                                          boxes=STATE_BOXES, deadline=deadline,
+                                          floor=progress.floor, patience=STATE_PATIENCE,
+                                          report=lambda v, n: progress.note(
+                                              incumbent, max(v, progress.floor),
+                                              f"the memory-state bound, {n} boxes"))
+    except OutOfTime:
+        info["state_bound"] = {"note": "its paths did not fit its share of the time limit"}
+        return None
+    if got is None:
+        info["state_bound"] = {"note": f"more than {state_bound.MAX_CELLS} path cells"}
+        return None
+    info["state_bound"] = {"value": got.value, "exact": got.exact, "boxes": got.boxes,
+                           "seconds": got.seconds}
+    return got.value
 
 
 def _relaxes_first(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
