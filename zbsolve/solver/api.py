@@ -185,7 +185,9 @@ class SolveResult:
     baseline_value: float | None
     baselines: list = field(default_factory=list)  # every BaselineResult, for tables
     history: list[tuple[float, float, float]] = field(default_factory=list)
-    relaxed_bound: float | None = None  # the one-device relaxations' before the search, if higher
+    # the best bound found before the search (the memory-state bound, the one-device or pair
+    # relaxations), where it is above the analytic one
+    relaxed_bound: float | None = None
 
 
 @dataclass
