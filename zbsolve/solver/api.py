@@ -7,8 +7,8 @@ the greedy list scheduler (the serial schedule when nothing else fits), on overl
 the best few of them given overlapped F&B pairs (``pairing.pair_up``), and take the best one
 as the incumbent (hint, with its pairs, and upper bound); on V placements with limits, raise
 the bound by branching on the tip's memory state (``state_bound``); on devices with several
-stages and many microbatches, solve the model with fewer microbatches and offer the repeats of its steady
-state (``stretch``); run CP-SAT (or the large-instance method, whose windows hand the time
+stages and many microbatches, solve the model with fewer microbatches and offer the repeats
+of its steady state (``stretch``); run CP-SAT (or the large-instance method, whose windows hand the time
 they cannot use to CP-SAT on the whole model: ``_hands_over``); then a second, short CP-SAT
 phase that keeps the best step time and minimizes memory. Every phase's schedule is
 re-simulated and the best by ``ranking.rank_key`` (step time, then memory) is kept,
@@ -107,9 +107,10 @@ PAIR_NEAR, PAIR_SHARE = 0.02, 0.15
 # for the paths it computes first; deterministic: STATE_BOXES boxes)
 STATE_SHARE, STATE_CUT, STATE_BOXES = 0.3, 0.9, 20_000
 # ... and gives up after STATE_PATIENCE boxes at or below the analytic bound: on ZB-V's rows it
-# rises above it within 57-225 boxes, on the V-Min / V-Half rows mostly never (vmin/p16-m32,
-# at 773; vmin/p8-m64 would spend 31 s to end at the analytic bound; twenty-fifth pass)
-STATE_PATIENCE = 2_000
+# rises above it within 57-225 boxes, on the V-Min / V-Half rows mostly never (vmin/p16-m32
+# at 773, by 1; vmin/p8-m64 would spend 31 s to end at the analytic bound; 500 boxes take
+# 0.1-0.3 s there; twenty-fifth pass)
+STATE_PATIENCE = 500
 # A whole-model CP-SAT run stops this much before the end of the budget (``finish_reserve``)
 FINISH_PER_OP, FINISH_MAX = 2e-4, 0.6
 
@@ -859,7 +860,7 @@ def _state_phase(inst: Instance, options: SolveOptions, budget: Budget, info: di
     None where it does not apply, is too large or does not fit its share.
 
     Why before the stretch and the search: on ZB-V's rows the analytic bound is 2-6 % below
-    ZB-V and the state bound meets it (6.2B, p = 16: 4,411 boxes, 3.5 s), so the hint is
+    ZB-V and the state bound meets it (6.2B, p = 16: 4,411 boxes, 2-3 s), so the hint is
     proven and nothing else runs (docs/solver.md, "Branching on a forward's memory state")."""
     from zbsolve.solver import state_bound
 

@@ -18,7 +18,7 @@ admits more states). That must fit the limit. Under such a threshold vector:
 - the last ended op of each class ends before X starts (edge op(c, a_c - 1) -> X);
 - the first op not ended starts after X ends (edge X -> op(c, a_c)): it is on X's device and
   had not ended when X started, so it had not started either;
-- X starts after its ancestors on e have run: their preemptive one-machine end (Jackson), and,
+- X starts after its ancestors on e have run: their one-machine end (in order of heads), and,
   since before e's earliest I only forwards run and at most floor(room / least activation) of
   them fit, after h_I + work - min(forwards' longest fit, h_I - h_F);
 and the head-body-tail bound of every device on the graph with these edges bounds the
@@ -26,7 +26,7 @@ objective. Every schedule has one of the vectors, so the least bound over them i
 
 The vectors are searched as boxes (an interval per class), best first: a box's edges are
 those of its interval ends (op(c, lo - 1) -> X, X -> op(c, hi)), which every vector in it
-implies, so a box's bound is below each of its vectors' and a box that closes a cycle or
+implies, so a box's bound is at most each of its vectors' and a box that closes a cycle or
 cannot fit in memory at its least-memory corner holds no schedule. The least bound over the
 open boxes is valid at every step, so the search stops at any budget with a valid bound
 (best first: it stops at a single vector, the exact minimum, or when the bound reaches a
