@@ -262,16 +262,16 @@ class _Evaluator:
         anc = (p.to[self.mine][:, [X, *into]] > NEG).any(axis=1)
         anc_ops = self.ids[anc & (self.ids != p.x)]
         if len(anc_ops):
-            d = p.dur[anc_ops]
+            lengths = p.dur[anc_ops]
             # one machine, release dates, no tails: in release order, the largest head plus
             # the work released at or after it
             order = np.argsort(p.head[anc_ops], kind="stable")
             h_x = max(h_x, float((p.head[anc_ops][order]
-                                  + np.cumsum(d[order][::-1])[::-1]).max()))
+                                  + np.cumsum(lengths[order][::-1])[::-1]).max()))
             is_f = p.kind[anc_ops] == "F"
-            work = float(d.sum())
+            work = float(lengths.sum())
             h_f = float(p.head[anc_ops][is_f].min()) if is_f.any() else self.h_i
-            fit = float(np.sort(d[is_f])[::-1][:self.fits].sum())
+            fit = float(np.sort(lengths[is_f])[::-1][:self.fits].sum())
             pre = min(fit, max(self.h_i - h_f, 0.0))
             if work > pre:
                 h_x = max(h_x, self.h_i + work - pre)
@@ -315,8 +315,8 @@ def state_bound(inst: Instance, objective: str = "span", at: tuple[int, int] | N
     hears (bound, boxes) at most every REPORT_EVERY seconds while the bound rises.
 
     Boxes are evaluated lazily: a child on the device that gave its parent's bound (one
-    device's head-body-tail bound is a bound too, so the heap stays valid), and every device
-    when it reaches the top of the heap; it goes back if that raised its value.
+    device's head-body-tail bound is a bound too, so the heap stays valid), a single vector on
+    every device once it reaches the top of the heap (it goes back if that raised its value).
     """
     if objective not in ("makespan", "span"):
         raise ValueError(f"objective: expected 'makespan' or 'span', got {objective!r}")
@@ -338,12 +338,12 @@ def state_bound(inst: Instance, objective: str = "span", at: tuple[int, int] | N
     # (value, tie, lo, hi, on every device, the device that gave the value)
     heap: list[tuple[float, int, list[int], list[int], bool, int]] = []
 
-    def push(lo: list[int], hi: list[int], floor: float, device: int | None) -> None:
+    def push(lo: list[int], hi: list[int], parent: float, device: int | None) -> None:
         nonlocal count
         got = ev.value(lo, hi, everyone if device is None else [device])
         count += 1
         if got is not None:  # a child's edges imply its parent's: never below it
-            heapq.heappush(heap, (max(got[0], floor), next(tie), lo, hi, device is None,
+            heapq.heappush(heap, (max(got[0], parent), next(tie), lo, hi, device is None,
                                   got[1]))
 
     push(lo, hi, NEG, None)
