@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bounds import UNREDUCED, optimum, tiny_multichunk
 
+from zbsolve.graph import TaskGraph
 from zbsolve.instance import load_instance
 from zbsolve.solver import SolveOptions, solve
 from zbsolve.solver import state_bound as sb
@@ -30,8 +31,8 @@ def six_b(p: int, m: int, **memory):
 def every_point(inst, e, t, objective):
     """The least bound over every threshold vector one by one (no boxes), or inf."""
     space = sb._Space(inst, e, t, inst.microbatches - 1)
-    root = ([0] * len(space.classes), [space.n] * len(space.classes))
-    ev = sb._Evaluator(inst, e, t, space, root, objective)
+    ends = sb._ends(space, t, [0] * len(space.classes), [space.n] * len(space.classes))
+    ev = sb._Evaluator(inst, TaskGraph(inst), e, space, ends, objective)
     best = math.inf
     for a in itertools.product(range(space.n + 1), repeat=len(space.classes)):
         a = list(a)

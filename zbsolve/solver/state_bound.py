@@ -103,9 +103,7 @@ class _Space:
         self.classes: list[Class] = ([("I", s) for s in self.stages]
                                      + [("W", s) for s in self.stages])
         self.slot = {c: i for i, c in enumerate(self.classes)}
-        act, wgt = inst.segment_table("activation"), inst.segment_table("weight")
-        self.act = {s: act[s][0] for s in self.stages}
-        self.wgt = {s: wgt[s][0] for s in self.stages}
+        self.act, self.wgt = inst.activation, inst.weight  # plain: one segment per unit
         # the most the simulator lets e hold (``numeric.exceeds``), less its params
         self.room = inst.limit[e] / (1 - REL_TOL) - inst.resident(e)
 
@@ -221,24 +219,16 @@ def _walk(edges: list[tuple[np.ndarray, np.ndarray]], out: np.ndarray, order) ->
 class _Evaluator:
     """The bound under one box: X's head, then the head-body-tail bound of some devices."""
 
-    def __init__(self, inst: Instance, e: int, t: int, space: _Space, root: tuple[list, list],
-                 objective: str):
+    def __init__(self, inst: Instance, graph: TaskGraph, e: int, space: _Space,
+                 ends: list[Op], objective: str):
         self.space = space
-        n = space.n
-        # the class ops a box of the root can name: op(c, lo - 1) .. op(c, hi), within 0 .. n-1
-        self.col: dict[tuple[int, int], int] = {}
-        ends: list[Op] = []
-        for k, ((kind, s), lo, hi) in enumerate(zip(space.classes, *root)):
-            for j in range(max(lo - 1, 0), min(hi, n - 1) + 1):
-                self.col[k, j] = len(ends)
-                ends.append(Op(kind, s, j))
-        ends.append(Op("F", t, n))
-        self.p = p = _Paths(inst, TaskGraph(inst), ends, objective)
+        # column of op(classes[k], j) in the paths; X is the last
+        self.col = {(space.slot[(op.kind, op.stage)], op.mb): i for i, op in enumerate(ends[:-1])}
+        self.p = p = _Paths(inst, graph, ends, objective)
         self.mine = p.rows[e]
         self.ids = np.arange(self.mine.start, self.mine.stop)
-        act = inst.segment_table("activation")
         # the most forwards that fit before any I ends: all of the smallest activation
-        self.fits = int(space.room // min(act[s][0] for s in inst.stages_of(e)))
+        self.fits = int(space.room // min(inst.activation[s] for s in inst.stages_of(e)))
         self.h_i = float(p.head[self.mine][p.kind[self.mine] == "I"].min())  # e's first I
 
     def value(self, lo: list[int], hi: list[int], devices: Iterable[int]
@@ -300,6 +290,13 @@ class _Evaluator:
         return best, arg
 
 
+def _ends(space: _Space, t: int, lo: list[int], hi: list[int]) -> list[Op]:
+    """The class ops a box within (lo, hi) can name, op(c, lo - 1) .. op(c, hi) within
+    0 .. n - 1, then X: the ops ``_Paths`` walks from and to."""
+    return [Op(kind, s, j) for (kind, s), a, b in zip(space.classes, lo, hi)
+            for j in range(max(a - 1, 0), min(b, space.n - 1) + 1)] + [Op("F", t, space.n)]
+
+
 def state_bound(inst: Instance, objective: str = "span", at: tuple[int, int] | None = None,
                 target: float = math.inf, boxes: int = 100_000,
                 deadline: float | None = None, max_cells: int = MAX_CELLS,
@@ -329,10 +326,11 @@ def state_bound(inst: Instance, objective: str = "span", at: tuple[int, int] | N
     lo, hi = [0] * len(space.classes), [space.n] * len(space.classes)
     if not space.tighten(lo, hi):  # no vector fits: X cannot start (limit below the minimum)
         return StateBound(math.inf, True, 0, time.monotonic() - t0)
-    columns = sum(min(b, space.n - 1) - max(a - 1, 0) + 1 for a, b in zip(lo, hi)) + 1
-    if columns * TaskGraph(inst).count() > max_cells:
+    ends = _ends(space, t, lo, hi)
+    graph = TaskGraph(inst)
+    if len(ends) * graph.count() > max_cells:
         return None
-    ev = _Evaluator(inst, e, t, space, (lo, hi), objective)
+    ev = _Evaluator(inst, graph, e, space, ends, objective)
     everyone = range(inst.devices)
     count, tie = 0, itertools.count()
     # (value, tie, lo, hi, on every device, the device that gave the value)
