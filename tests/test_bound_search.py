@@ -124,6 +124,14 @@ def test_the_switch_waits_for_a_stuck_bound_and_a_gap():
     assert api._far(_progress(100.0, (1.0, 120.0, 101.0)))  # the relaxations' test
 
 
+def test_the_switch_judges_only_a_run_that_had_time():
+    # 60 s: the quarter is at 15 s and a run needs 5 s (SWITCH_LOOK) before it is judged
+    assert api._switch_at(2.0, 60.0) == pytest.approx(13.0)
+    assert api._switch_at(10.0, 60.0) == pytest.approx(5.0)
+    assert api._switch_at(14.4, 60.0) is None  # random-07's run: 0.6 s before the quarter
+    assert api._switch_at(16.0, 60.0) is None  # after the quarter
+
+
 def test_where_the_switch_applies():
     multi = _zbv_p2_m6()
     one = load_instance("zbsolve/data/instances/default.yaml")

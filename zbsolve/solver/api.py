@@ -94,6 +94,11 @@ STRETCH_RETRIES = 2
 # run stuck at SWITCH_AT of the budget (``_stuck``) gives the rest to a run with the bound
 # search (``_exact_phases``).
 SWITCH_AT, SWITCH_MAX_OPS, STUCK_TOL = 0.25, 800, 1e-6
+# ... a run that would reach SWITCH_AT less than SWITCH_LOOK of the budget after its start is
+# not tested (as one that starts after it): a fraction of a second shows no search stuck
+# (random-07: its run began 0.6 s before the quarter, was switched with its first schedule
+# still to come, and ended unproven; twenty-sixth pass)
+SWITCH_LOOK = 1 / 12
 # Devices with several stages and limits, exact method, at most RELAX_FIRST_MAX_OPS ops: each
 # device's one-device relaxation for at most RELAX_FIRST_SLICE seconds, RELAX_FIRST_SHARE of
 # the budget in all, before the search (``_relax_first``)
@@ -727,7 +732,8 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
     solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at,
                         bound_search=bound_search)
     info.setdefault("cp_runs", []).append({
-        "phase": label, "status": solver.status_name(code), "wall": solver.wall_time,
+        "phase": label, "start": built, "status": solver.status_name(code),
+        "wall": solver.wall_time,
         "dtime": solver.deterministic_time, "stopped": stopped[0],
         "bound_search": bound_search})
     if not order:  # a run with a kept order proves nothing about the instance
@@ -777,8 +783,8 @@ def _exact_phases(inst: Instance, options: SolveOptions, best: _Best, budget: Bu
         elif at < first:
             checkpoint = (at, _far)
     elif switch:
-        at = SWITCH_AT * budget.limit - budget.elapsed()
-        if at < first:
+        at = _switch_at(budget.elapsed(), budget.limit)
+        if at is not None and at < first:
             checkpoint = (at, _stuck)
     res = _Exact(None, None, 0, False, False)
     if first > 0:  # (deterministic, RELAX_AT = 0: straight to the relaxations)
@@ -981,6 +987,15 @@ def _switches(inst: Instance, options: SolveOptions, n_ops: int) -> bool:
     return (options.bound_switch and not options.bound_search and not options.deterministic
             and n_ops <= SWITCH_MAX_OPS
             and inst.several_stages_per_device)
+
+
+def _switch_at(elapsed: float, limit: float) -> float | None:
+    """Seconds into a first exact run that starts at ``elapsed`` at which the switch tests it
+    (``_stuck``): at SWITCH_AT of the limit, if that leaves the run SWITCH_LOOK of it to show
+    whether it is stuck; else None, never (a run that starts after the quarter, or so close to
+    it that it has found nothing yet, is not judged)."""
+    at = SWITCH_AT * limit - elapsed
+    return at if at >= SWITCH_LOOK * limit else None
 
 
 def _window_phase(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
