@@ -18,7 +18,7 @@ from zbsolve.instance import load_instance
 from zbsolve.solver import api, relaxation
 from zbsolve.solver.api import SolveOptions, solve
 from zbsolve.solver.bounds import analytic_bound
-from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS, new_solver
+from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS, SHAVE_PARAMS, new_solver
 from zbsolve.solver.model import TimeScale, build_model
 from zbsolve.solver.progress import Progress
 
@@ -174,6 +174,33 @@ def test_the_quick_bound_stops_once_its_bound_proves_the_callers_schedule():
     assert raw / scale.time == 64.0 and [r.device for r in runs] == [0]
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_the_quick_bound_shaves_what_it_did_not_prove(deterministic):
+    # a slice too short to prove much: the relaxations not proven run again, in the same
+    # order, with the shaving search, and never in deterministic mode (it has no such worker)
+    inst = load_instance(PAIR_WINS)
+    scale = TimeScale.choose(inst)
+    raw, runs = relaxation.quick_bound(inst, "makespan", 30.0, 0.002, scale=scale, workers=1,
+                                       deterministic=deterministic, shave=True)
+    first = [r for r in runs if not r.shaved]
+    assert [r.device for r in first] == relaxation.candidates(inst)
+    again = [] if deterministic else [r.device for r in first if not r.proven]
+    assert [r.device for r in runs if r.shaved] == again
+    assert raw == max(r.bound for r in runs) and raw / scale.time <= 147.0  # the optimum
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_multichunk(), st.sampled_from(["makespan", "span"]))
+def test_shaved_relaxation_bounds_never_exceed_a_proven_optimum(inst, objective):
+    best = optimum(inst, objective, **UNREDUCED)
+    scale = TimeScale.choose(inst)
+    for d in range(inst.devices):
+        r = relaxation.relax_device(inst, objective, d, 20, scale=scale, workers=1, seed=0,
+                                    params=SHAVE_PARAMS)
+        assert r.bound / scale.time <= best + 1e-9
+
+
 def test_overlap_is_the_work_that_runs_under_other_work():
     assert relaxation._overlap([]) == 0
     assert relaxation._overlap([(0, 4), (4, 6)]) == 0  # one after the other
@@ -253,6 +280,9 @@ def test_solve_cli_reports_the_relaxed_bound_and_can_skip_it(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["relaxed_bound"] is None
     assert main(args) == 0
     assert "(analytic 62, relaxed 64, cp-sat" in capsys.readouterr().out
+    out_path = tmp_path / "s.json"
+    assert main([*args, "--no-shave", "-o", str(out_path)]) == 0
+    assert json.loads(out_path.read_text())["meta"]["options"]["shave"] is False
 
 
 @pytest.mark.parametrize("goal, status, value", [

@@ -64,6 +64,10 @@ def register(sub) -> None:
                         help="devices with several stages and limits, <= 800 ops: skip the "
                              "one-device relaxations (1 s each, 1/10 of the limit in all) that "
                              "raise the bound before the search (docs/solver.md)")
+    parser.add_argument("--no-shave", action="store_true",
+                        help="the relaxations first: skip their second slice with CP-SAT's "
+                             "shaving search (objective_lb_search) for those not proven in the "
+                             "first (docs/solver.md)")
     parser.add_argument("--no-state-bound", action="store_true",
                         help="V placements with limits: skip the bound that branches on the "
                              "memory state at the tip's last forward (up to 3/10 of the limit, "
@@ -159,7 +163,7 @@ def handle(args) -> int:
         relax=args.relax, relax_first=not args.no_relax_first, windows=not args.no_windows,
         stretch=not args.no_stretch, handover=not args.no_handover,
         bound_search=args.bound_search, bound_switch=not args.no_bound_switch,
-        state_bound=not args.no_state_bound,
+        state_bound=not args.no_state_bound, shave=not args.no_shave,
     )
     hints = [start[0]] if start else []
     result = (solve_fused if args.fused_backward else solve)(inst, options, hints)

@@ -152,6 +152,9 @@ class SolveOptions:
     # V placements with limits: the bound that branches on the tip's memory state, before the
     # stretch and the search (``_state_phase``)
     state_bound: bool = True
+    # the relaxations first: a second slice with the shaving search for those not proven
+    # (``relaxation.quick_bound``'s ``shave``; wall clock only)
+    shave: bool = True
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -930,10 +933,11 @@ def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: di
         inst, options.objective, share, RELAX_FIRST_SLICE, scale=scale, done=done,
         workers=options.workers, seed=options.seed,
         deterministic=options.deterministic, symmetry=options.symmetry,
-        memory_model=options.memory_model, params=options.cp_params)
+        memory_model=options.memory_model, params=options.cp_params, shave=options.shave)
     budget.cp_dtime += sum(r.dtime for r in runs)
     info["relax_first"] = [{"device": r.device, "bound": r.bound / scale.time,
-                            "proven": r.proven, "seconds": r.seconds, "dtime": r.dtime}
+                            "proven": r.proven, "shaved": r.shaved, "seconds": r.seconds,
+                            "dtime": r.dtime}
                            for r in runs]
     return (_instance_bound(raw, scale) if runs else None), runs
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -63,6 +63,7 @@ class Relaxation:
     # (device, model time its ops overlap one another in the relaxation's best solution), for
     # each device left out, the most overloaded first: the partner to try for a pair
     overload: tuple[tuple[int, int], ...] = ()
+    shaved: bool = False  # a second run with the shaving search (``quick_bound``'s ``shave``)
 
 
 def applies(inst: Instance) -> str | None:
@@ -147,29 +148,46 @@ def quick_bound(inst: Instance, objective: str, share: float, per_device: float,
                 scale: TimeScale, lower: int = 0, done: Callable[[int], bool] | None = None,
                 workers: int = 2, seed: int = 0, deterministic: bool = False,
                 symmetry: bool = True, memory_model: str = "cumulative",
-                params: dict[str, Any] | None = None) -> tuple[int, list[Relaxation]]:
+                params: dict[str, Any] | None = None,
+                shave: bool = False) -> tuple[int, list[Relaxation]]:
     """Every candidate's relaxation for at most ``per_device`` seconds, ``share`` in all (wall
     seconds, model building included; deterministic: CP-SAT's deterministic seconds), each
     given the best bound so far, from ``lower`` (model units; ``params``: as
     ``relax_device``'s), until ``done(bound)`` (the bound proves the caller's schedule: no
-    relaxation can add to that). Returns the bound and the relaxations, in the order they ran.
+    relaxation can add to that). With ``shave`` (wall clock only), the share left then goes to
+    the relaxations not proven, in the same order, each again for ``per_device`` with the
+    shaving search (``cpsat.SHAVE_PARAMS``; ``Relaxation.shaved``). Returns the bound and the
+    relaxations, in the order they ran.
 
     Why before the search: most of these relaxations are proven in well under a second; on
     issue 18's random families they lift the bound of 12-14 of 30 instances (4-5 of them to
     the optimum), and of 18 of the 30 near-serial ones (9 to the optimum: random-tight-05 3027
     against an analytic 2742, in 0.2 s; docs/solver.md, "One-device relaxations first").
     The relaxation phase's first round is the same pass with a shorter slice."""
+    from zbsolve.solver.cpsat import SHAVE_PARAMS
+
     t0, dtime = time.perf_counter(), 0.0
     runs: list[Relaxation] = []
-    for d in candidates(inst):
+
+    def run(d: int, extra: dict[str, Any] | None) -> bool:
+        nonlocal dtime, lower
         left = share - (dtime if deterministic else time.perf_counter() - t0)
         if left <= 0 or (done is not None and done(lower)):
-            break
+            return False
         r = relax_device(inst, objective, d, min(left, per_device), scale=scale,
                          workers=workers, seed=seed, deterministic=deterministic,
                          lower_bound=lower, symmetry=symmetry, memory_model=memory_model,
-                         params=params)
+                         params={**(params or {}), **(extra or {})})
         dtime += r.dtime
         lower = max(lower, r.bound)
-        runs.append(r)
+        runs.append(r if extra is None else replace(r, shaved=True))
+        return True
+
+    for d in candidates(inst):
+        if not run(d, None):
+            return lower, runs
+    if shave and not deterministic:
+        for d in [r.device for r in runs if not r.proven]:
+            if not run(d, SHAVE_PARAMS):
+                break
     return lower, runs
