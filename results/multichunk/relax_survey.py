@@ -7,7 +7,10 @@ device's relaxation (``relaxation.candidates``, ``relax_device``) for at most SE
 
     python results/multichunk/relax_survey.py random 1
     python results/multichunk/relax_survey.py random-tight 1
+    python results/multichunk/relax_survey.py random 1 '{"subsolvers": ["objective_lb_search"]}'
 
+(the optional third argument: CP-SAT parameters for every relaxation, ``relax_device``'s
+``params``; the twenty-sixth pass's comparison).
 One line per instance: the analytic bound, then ``device:bound`` per relaxation (``*`` where it
 was proven) with its seconds, then the time for all of them; a last line counts the runs, the
 proven ones and the instances whose best relaxation is above the analytic bound.
@@ -15,6 +18,7 @@ proven ones and the instances whose best relaxation is above the analytic bound.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -23,16 +27,18 @@ from zbsolve.solver import relaxation
 from zbsolve.solver.bounds import analytic_bound
 from zbsolve.solver.model import TimeScale
 
-USAGE = "usage: relax_survey.py random|random-tight SECONDS"
+USAGE = "usage: relax_survey.py random|random-tight SECONDS [PARAMS_JSON]"
 
 
 def main(argv: list[str]) -> int:
     try:
-        family, seconds = argv
+        family, seconds, *more = argv
+        params = json.loads(more[0]) if more else None
+        assert len(more) <= 1 and (params is None or isinstance(params, dict))
         tight = {"random": False, "random-tight": True}[family]
         seconds = float(seconds)
         assert seconds > 0
-    except (ValueError, KeyError, AssertionError):
+    except (ValueError, KeyError, AssertionError):  # (json's errors are ValueErrors)
         print(USAGE, file=sys.stderr)
         return 1
     runs = proven = raised = 0
@@ -41,7 +47,8 @@ def main(argv: list[str]) -> int:
         analytic = analytic_bound(inst, "makespan")
         cells, best, t0 = [], analytic, time.perf_counter()
         for d in relaxation.candidates(inst):
-            r = relaxation.relax_device(inst, "makespan", d, seconds, scale=scale)
+            r = relaxation.relax_device(inst, "makespan", d, seconds, scale=scale,
+                                         params=params)
             bound = r.bound / scale.time / (1 + scale.time_error)
             cells.append(f"{d}:{bound:.2f}{'*' if r.proven else ''}({r.seconds:.1f})")
             runs, proven, best = runs + 1, proven + r.proven, max(best, bound)
