@@ -189,6 +189,54 @@ def test_the_quick_bound_shaves_what_it_did_not_prove(deterministic):
     assert raw == max(r.bound for r in runs) and raw / scale.time <= 147.0  # the optimum
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_the_quick_bound_gives_the_rest_of_its_share_to_the_longest_open_relaxation(
+        monkeypatch, deterministic):
+    # scripted relaxations, none proven: (own bound, best relaxed schedule) per device and
+    # search. The longest relaxed schedule is device 2's (130), or without one a bound, so what
+    # is left of the share goes to device 2, in one run with the default search
+    script = {(0, False): (100, 105), (1, False): (90, None), (2, False): (80, 120),
+              (0, True): (104, 105), (1, True): (110, None), (2, True): (80, 130)}
+    proven: set[int] = set()
+    calls = []
+
+    def fake(inst, objective, device, seconds, *, lower_bound=0, params=None, **kw):
+        shaved = "subsolvers" in (params or {})
+        calls.append((device, shaved, seconds))
+        bound, value = script[device, shaved]
+        return relaxation.Relaxation(device, max(lower_bound, bound), value, device in proven,
+                                     (), 0.0, 0.01 * seconds)
+
+    monkeypatch.setattr(relaxation, "relax_device", fake)
+    monkeypatch.setattr(relaxation, "candidates", lambda inst: [0, 1, 2])
+    inst = load_instance(PAIR_WINS)
+    scale = TimeScale.choose(inst)
+
+    def bound(share=5.0, **kw):
+        calls.clear()
+        return relaxation.quick_bound(inst, "makespan", share, 1.0, scale=scale, shave=True,
+                                      deterministic=deterministic, **{"rest": True, **kw})
+
+    raw, runs = bound()
+    shaved = [] if deterministic else [(0, True), (1, True), (2, True)]
+    assert [(d, s) for d, s, _ in calls] == [(0, False), (1, False), (2, False), *shaved,
+                                            (2, False)]
+    assert runs[-1].rest and not any(r.rest for r in runs[:-1])
+    assert raw == (100 if deterministic else 110)
+    assert calls[-1][2] > 4.9  # the rest of the share, not another slice
+    script.update({(0, False): (100, 125), (2, False): (80, None), (2, True): (80, None)})
+    assert bound()[1][-1].device == 0  # now device 0's 125 is the longest
+    script.update({(0, False): (100, None), (0, True): (104, None)})
+    # no relaxed schedule left: the highest bound, device 1's shaved 110 (deterministic: all
+    # at device 0's 100, the first device wins the tie)
+    assert bound()[1][-1].device == (0 if deterministic else 1)
+    # no last run: not asked, less than a slice left, or every relaxation proven
+    assert not any(r.rest for r in bound(rest=False)[1])
+    assert not any(r.rest for r in bound(share=0.5)[1])
+    proven.update({0, 1, 2})
+    assert not any(r.rest for r in bound()[1]) and len(calls) == 3
+
+
 @settings(max_examples=6, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_multichunk(), st.sampled_from(["makespan", "span"]))
@@ -281,8 +329,9 @@ def test_solve_cli_reports_the_relaxed_bound_and_can_skip_it(tmp_path, capsys):
     assert main(args) == 0
     assert "(analytic 62, relaxed 64, cp-sat" in capsys.readouterr().out
     out_path = tmp_path / "s.json"
-    assert main([*args, "--no-shave", "-o", str(out_path)]) == 0
-    assert json.loads(out_path.read_text())["meta"]["options"]["shave"] is False
+    assert main([*args, "--no-shave", "--no-relax-rest", "-o", str(out_path)]) == 0
+    options = json.loads(out_path.read_text())["meta"]["options"]
+    assert options["shave"] is False and options["relax_rest"] is False
 
 
 @pytest.mark.parametrize("goal, status, value", [

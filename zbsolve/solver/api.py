@@ -155,6 +155,9 @@ class SolveOptions:
     # the relaxations first: a second slice with the shaving search for those not proven
     # (``relaxation.quick_bound``'s ``shave``; wall clock only)
     shave: bool = True
+    # ... and what is left of their share for the open relaxation with the longest relaxed
+    # schedule, in one run (``relaxation.quick_bound``'s ``rest``)
+    relax_rest: bool = True
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -933,11 +936,12 @@ def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: di
         inst, options.objective, share, RELAX_FIRST_SLICE, scale=scale, done=done,
         workers=options.workers, seed=options.seed,
         deterministic=options.deterministic, symmetry=options.symmetry,
-        memory_model=options.memory_model, params=options.cp_params, shave=options.shave)
+        memory_model=options.memory_model, params=options.cp_params, shave=options.shave,
+        rest=options.relax_rest)
     budget.cp_dtime += sum(r.dtime for r in runs)
     info["relax_first"] = [{"device": r.device, "bound": r.bound / scale.time,
-                            "proven": r.proven, "shaved": r.shaved, "seconds": r.seconds,
-                            "dtime": r.dtime}
+                            "proven": r.proven, "shaved": r.shaved, "rest": r.rest,
+                            "seconds": r.seconds, "dtime": r.dtime}
                            for r in runs]
     return (_instance_bound(raw, scale) if runs else None), runs
 
