@@ -4,8 +4,8 @@ pass's check of the relaxations' shaving slice; any boolean ``SolveOptions`` fie
     python results/multichunk/option_ab.py shave 60 0:1 random/random-29 random/random-27
 
 One line per run: the case, seed, option on or off, status, value / bound, proof time, the
-relaxations first (device:bound, ``*`` proven, ``s`` shaved) and the whole-model runs
-(phase@start+wall).
+relaxations first (device:bound, ``*`` proven, ``s`` shaved, ``r`` the rest of the share) and
+the whole-model runs (phase@start+wall).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def main(args: list[str]) -> None:
                 proof = info.get("proof_time")
                 relax = " ".join(f"{r['device']}:{r['bound']:g}" + ("*" if r["proven"] else "")
                                  + ("s" if r.get("shaved") else "")
+                                 + ("r" if r.get("rest") else "")
                                  for r in info.get("relax_first", []))
                 runs = " ".join(f"{r['phase']}@{r['start']:.1f}+{r['wall']:.1f}"
                                 for r in info.get("cp_runs", []))
