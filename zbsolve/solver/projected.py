@@ -25,8 +25,10 @@ against 6-10 s (docs/solver.md, "The relaxation with the free devices projected 
 Where it applies. The same constraints as ``build_model(relaxed=...)`` only where the model
 is a plain precedence system outside the kept devices: no overlapped pairs or memory modes
 (``relaxation.applies``), no all-reduce or optimizer step (ops no device runs, and per-device
-step tails that keep a one-at-a-time constraint on free devices), microbatch order on. Else
-``build`` returns None and the caller builds the full model.
+step tails that keep a one-at-a-time constraint on free devices), microbatch order on, and
+one replica per device (with two, a device's first start is the earlier of two forwards, and
+"last >= first + work" is no longer a difference constraint; on Chimera p = 4, m = 8 the
+full model was as fast). Else ``build`` returns None and the caller builds the full model.
 """
 
 from __future__ import annotations
@@ -99,8 +101,10 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
     keep = frozenset(keep)
     si = scaled_instance(inst, scale)
     graph = TaskGraph(si)
+    leads = [_leads(si, d) for d in range(si.devices)]
     if (not symmetry or graph.overlap or graph.open or graph.has_modes
-            or list(graph.implicit_ops()) or list(graph.tail_ops())):
+            or list(graph.implicit_ops()) or list(graph.tail_ops())
+            or any(len(first) != 1 for first in leads)):
         return None
     ops = graph.topological(implicit=False)
     n = len(ops)
@@ -113,12 +117,10 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
     # through a device's single first forward, that plus the device's work
     own = dur - (np.array([dev_heads[d] for d in dev], dtype=float) if span else 0.0)
     index = {op: i for i, op in enumerate(ops)}
-    for d in range(si.devices):
-        leads = _leads(si, d)
-        if len(leads) == 1:
-            i = index[leads[0]]
-            own[i] = max(own[i], math.ceil(graph.device_min_work(d) - 1e-9)
-                         - (dev_heads[d] if span else 0))
+    for d, (lead,) in enumerate(leads):
+        i = index[lead]
+        own[i] = max(own[i], math.ceil(graph.device_min_work(d) - 1e-9)
+                     - (dev_heads[d] if span else 0))
     ht = heads_tails(si, ordered=True, graph=graph)
     head = [int(ht.head[op]) for op in ops]
     succs: list[list[tuple[int, int]]] = [[] for _ in ops]
