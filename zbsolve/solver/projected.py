@@ -19,8 +19,9 @@ redundant ``last >= first + work``). Every schedule of the relaxation satisfies 
 any start of the kept ops that satisfies them extends to a schedule of the relaxation with
 the same objective (every free op at its least start, ``complete``): the two optima are
 equal (tests/test_projected.py checks it against the full relaxation on random instances).
-On vmin/p16-m32 the tip is proven at 239 in 2 s; random-01's device 0 at 1398 in 1.3 s
-against 6-10 s (docs/solver.md, "The relaxation with the free devices projected out").
+On vmin/p16-m32 the tip is proven at 239 in 2.3 s against 9.5 s, random-01's device 0 at 1398
+in 1.0 s against 2.9 s (docs/solver.md, "One-device relaxations": "The free devices projected
+out").
 
 Where it applies. The same constraints as ``build_model(relaxed=...)`` only where the model
 is a plain precedence system outside the kept devices: no overlapped pairs or memory modes
