@@ -43,8 +43,9 @@ from ortools.sat.python import cp_model
 
 from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
-from zbsolve.ops import Kind, Op
-from zbsolve.solver.bounds import analytic_bound, heads_tails, memory_edges
+from zbsolve.ops import Op
+from zbsolve.solver import bounds
+from zbsolve.solver.bounds import analytic_bound, heads_tails, memory_precedences
 from zbsolve.solver.model import TimeScale, _add_memory, _leads, scaled_instance
 
 NEG = -math.inf
@@ -76,22 +77,13 @@ class Projected:
 
 
 def _edges(graph: TaskGraph, si: Instance, ops: list[Op]) -> list[list[tuple[int, int]]]:
-    """Per op, its start-to-start predecessors as the model states them (``build_model``'s
-    precedences, microbatch order and memory precedences, in model units)."""
+    """Per op, its start-to-start predecessors (index into ``ops``, weight in model units):
+    the precedences with their delays, the microbatch-order chain and the memory precedences,
+    as ``bounds`` walks them and ``build_model`` states them with microbatch order on."""
     index = {op: i for i, op in enumerate(ops)}
-    dur = [int(graph.duration(op)) for op in ops]
-    preds: list[list[tuple[int, int]]] = [[] for _ in ops]
-    for i, op in enumerate(ops):
-        preds[i] += [(index[q], dur[index[q]] + int(c)) for q, c in graph.preds(op)]
-        prev = graph.same_class_prev(op)
-        if prev is not None:
-            preds[i].append((index[prev], dur[index[prev]]))
-    for d in range(si.devices):
-        for e in memory_edges(si, d):
-            for j in range(si.microbatches - e.lag):
-                src = index[Op(e.kind, e.source, j)]
-                preds[index[Op(Kind.F, e.stage, j + e.lag)]].append((src, dur[src]))
-    return preds
+    mem = memory_precedences(si)
+    return [[(index[q], int(round(w))) for q, w in bounds._preds(graph, op, True, mem)]
+            for op in ops]
 
 
 def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeScale,
