@@ -93,3 +93,14 @@ def test_the_projection_is_refused_where_the_free_ops_are_not_a_precedence_syste
     scale = TimeScale.choose(inst)
     assert projected.build(inst, "makespan", [0], scale=scale, symmetry=symmetry) is None
     assert projected.build(load_instance(RELAX_WINS), "makespan", [0], scale=scale) is not None
+
+
+@pytest.mark.parametrize("cap", ["MAX_CELLS", "MAX_LINKS"])
+def test_the_projection_is_refused_above_its_memory_caps(monkeypatch, cap):
+    inst = load_instance(RELAX_WINS)
+    scale = TimeScale.choose(inst)
+    monkeypatch.setattr(projected, cap, 3)
+    assert projected.build(inst, "makespan", [0], scale=scale) is None
+    # and the relaxation falls back to the full model, with the same optimum
+    r = relaxation.relax_device(inst, "makespan", 0, 20, scale=scale, workers=1, seed=0)
+    assert r.proven and r.bound == 64 * scale.time

@@ -26,10 +26,11 @@ out").
 Where it applies. The same constraints as ``build_model(relaxed=...)`` only where the model
 is a plain precedence system outside the kept devices: no overlapped pairs or memory modes
 (``relaxation.applies``), no all-reduce or optimizer step (ops no device runs, and per-device
-step tails that keep a one-at-a-time constraint on free devices), microbatch order on, and
+step tails that keep a one-at-a-time constraint on free devices), microbatch order on,
 one replica per device (with two, a device's first start is the earlier of two forwards, and
 "last >= first + work" is no longer a difference constraint; on Chimera p = 4, m = 8 the
-full model was as fast). Else ``build`` returns None and the caller builds the full model.
+full model was as fast), and at most ``MAX_CELLS`` paths and ``MAX_LINKS`` constraints
+between kept ops. Else ``build`` returns None and the caller builds the full model.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ from zbsolve.solver.bounds import analytic_bound, heads_tails, memory_precedence
 from zbsolve.solver.model import TimeScale, _add_memory, _leads, scaled_instance
 
 NEG = -math.inf
+# what the projection may hold at once: the longest paths into each op from each kept op (a
+# float matrix, 80 MB at most; vmin/p16-m128's tip needs 12,288 x 768) and the constraints
+# between kept ops (vmin/p16-m64's tip with device 0: 15,797); above either, the full model
+MAX_CELLS, MAX_LINKS = 10_000_000, 1_000_000
 
 
 @dataclass
@@ -101,6 +106,8 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
         return None
     ops = graph.topological(implicit=False)
     n = len(ops)
+    if n * sum(1 for op in ops if graph.device(op) in keep) > MAX_CELLS:
+        return None
     dur = np.array([int(graph.duration(op)) for op in ops], dtype=float)
     dev = [graph.device(op) for op in ops]
     preds = _edges(graph, si, ops)
@@ -135,6 +142,8 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
             np.maximum(row, reach[j] + w, out=row)
         if i in col:
             links += [(kept[c], i, int(row[c])) for c in np.flatnonzero(row > NEG)]
+            if len(links) > MAX_LINKS:
+                return None
             row = np.full(len(kept), NEG)
             row[col[i]] = 0.0
         reach[i] = row
