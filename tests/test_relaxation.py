@@ -233,7 +233,16 @@ def test_the_quick_bound_gives_the_rest_of_its_share_to_the_longest_open_relaxat
     # no last run: not asked, less than a slice left, or every relaxation proven
     assert not any(r.rest for r in bound(rest=False)[1])
     assert not any(r.rest for r in bound(share=0.5)[1])
-    proven.update({0, 1, 2})
+    # one relaxation open: no shaving slice, the last run has it all (and without a last run
+    # to come, the shaving slice runs as before)
+    proven.update({0, 1})
+    runs = bound()[1]
+    assert [(d, s) for d, s, _ in calls] == [(0, False), (1, False), (2, False), (2, False)]
+    assert runs[-1].rest and calls[-1][2] > 4.9
+    bound(rest=False)
+    assert [(d, s) for d, s, _ in calls] == [(0, False), (1, False), (2, False),
+                                            *([] if deterministic else [(2, True)])]
+    proven.add(2)
     assert not any(r.rest for r in bound()[1]) and len(calls) == 3
 
 
