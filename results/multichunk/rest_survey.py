@@ -1,7 +1,8 @@
 """What the last run of the relaxations first adds (issue 18, twenty-seventh pass): for every
 instance of a random family (``zbsolve.bench.random_family``, seed 0), the relaxations first as
 a 60-s solve runs them (``relaxation.quick_bound``: a share of 6 s, 1-s slices, the shaving
-pass, then the rest of the share for the relaxation whose shaving slice raised the bound most),
+pass, then the rest of the share for the open relaxation with the longest relaxed schedule;
+since the twenty-eighth pass no shaving slice where that relaxation is the only one open),
 makespan, 2 workers, seed 0, with no incumbent to stop them:
 
     python results/multichunk/rest_survey.py random
