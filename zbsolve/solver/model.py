@@ -413,6 +413,14 @@ def sorted_by_microbatch(starts: Mapping[Op, float]) -> dict[Op, float]:
     return {relabel[op]: t for op, t in starts.items()}
 
 
+def serial_horizon(si: Instance, graph: TaskGraph) -> int:
+    """Every op of the scaled instance ``si`` one after the other, each hand-off delay paid:
+    the default horizon, which keeps a span-optimal schedule (``build_model``)."""
+    ops = list(graph.ops())
+    return sum(int(graph.duration(op)) for op in ops) + int(si.comm) * sum(
+        1 for op in ops for _, c in graph.preds(op) if c > 0)
+
+
 def build_model(
     inst: Instance,
     objective: str = "makespan",
@@ -546,8 +554,7 @@ class _Builder:
         """Ensures every op has a start inside its head/tail window and the horizon; device
         ops also get an interval (fixed-size, or optional where the op may be paired)."""
         si, graph = self.si, self.graph
-        serial = sum(self.dur.values()) + int(si.comm) * sum(
-            1 for op in self.ops for _, c in graph.preds(op) if c > 0)
+        serial = serial_horizon(si, graph)
         if horizon is None:
             horizon = (upper_bound if (self.objective_name == "makespan" and upper_bound is not None)
                        else serial)

@@ -47,7 +47,7 @@ from zbsolve.instance import Instance
 from zbsolve.ops import Op
 from zbsolve.solver import bounds
 from zbsolve.solver.bounds import analytic_bound, heads_tails, memory_precedences
-from zbsolve.solver.model import TimeScale, _add_memory, _leads, scaled_instance
+from zbsolve.solver.model import TimeScale, _add_memory, _leads, scaled_instance, serial_horizon
 
 NEG = -math.inf
 # what the projection may hold at once: the longest paths into each op from each kept op (a
@@ -106,10 +106,11 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
         return None
     ops = graph.topological(implicit=False)
     n = len(ops)
-    if n * sum(1 for op in ops if graph.device(op) in keep) > MAX_CELLS:
+    dev = [graph.device(op) for op in ops]
+    kept = [i for i in range(n) if dev[i] in keep]
+    if n * len(kept) > MAX_CELLS:
         return None
     dur = np.array([int(graph.duration(op)) for op in ops], dtype=float)
-    dev = [graph.device(op) for op in ops]
     preds = _edges(graph, si, ops)
     span = objective == "span"
     dev_heads = [int(round(h)) for h in graph.device_heads()]
@@ -132,7 +133,6 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
         for k, w in succs[i]:
             tail[i] = max(tail[i], w + tail[k])
     # D(a, b) through free ops only: one column per kept op, a kept op passes nothing on
-    kept = [i for i in range(n) if dev[i] in keep]
     col = {i: c for c, i in enumerate(kept)}
     reach = np.full((n, len(kept)), NEG)
     links: list[tuple[int, int, int]] = []
@@ -147,8 +147,7 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
             row = np.full(len(kept), NEG)
             row[col[i]] = 0.0
         reach[i] = row
-    serial = int(dur.sum()) + int(si.comm) * sum(1 for op in ops for _, c in graph.preds(op)
-                                                  if c > 0)
+    serial = serial_horizon(si, graph)
     model = cp_model.CpModel()
     lb = max(int(math.ceil(analytic_bound(si, objective) - 1e-9)), int(lower_bound))
     obj = model.new_int_var(lb, max(lb, serial), objective)
