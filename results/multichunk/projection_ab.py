@@ -47,7 +47,11 @@ def main() -> None:
             sys.exit(f"{USAGE}: no bench case matches {pattern!r}")
         for c in chosen:
             scale = TimeScale.choose(c.inst)
-            runs = ([[int(x) for x in devs.split("+")]] if devs
+            given = devs.split("+") if devs else []
+            if not all(x.isdigit() and int(x) < c.inst.devices for x in given):
+                sys.exit(f"{USAGE}: {spec!r}: devices are 0 .. {c.inst.devices - 1}, "
+                         "joined by +")
+            runs = ([[int(x) for x in given]] if given
                     else [[d] for d in relaxation.candidates(c.inst)])
             for kept in runs:
                 cells = []
