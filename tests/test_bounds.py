@@ -116,6 +116,29 @@ def test_pinned_optima():
     assert optimum(load_instance(SMALL_26), "makespan", **UNREDUCED) == pytest.approx(40.0)
 
 
+def test_edges_index_every_pred_and_mirror_the_succs():
+    """``bounds.edges``, the one walk the longest-path users share: each op's ``_preds`` by
+    index, every edge forward in the order, successors the mirror image, and on a subset of
+    the ops the edges from outside it left out."""
+    inst = load_instance(SMALL_26)
+    graph = TaskGraph(inst)
+    mem = bounds.memory_precedences(inst)
+    assert mem  # the memory edges are among those indexed
+    ops = graph.topological(implicit=True)
+    e = bounds.edges(graph, ops, True, mem)
+    assert e.ops == ops and [e.index[op] for op in ops] == list(range(len(ops)))
+    for i, op in enumerate(ops):
+        assert sorted(e.preds[i]) == sorted((e.index[q], w)
+                                            for q, w in bounds._preds(graph, op, True, mem))
+        assert all(j < i for j, _ in e.preds[i])
+    into = sorted((j, i, w) for i, ps in enumerate(e.preds) for j, w in ps)
+    assert into == sorted((j, i, w) for j, out in enumerate(e.succs) for i, w in out)
+    late = ops[len(ops) // 2:]
+    sub = bounds.edges(graph, late, True, mem)
+    assert sub.preds[0] == [] and any(bounds._preds(graph, late[0], True, mem))
+    assert sum(map(len, sub.preds)) < sum(map(len, e.preds[len(ops) // 2:]))
+
+
 def test_memory_edges_follow_their_formulas():
     # device 1 of SMALL_37 holds stages 0 (activation 1, kept 0) and 3 (1, kept 0.5), limit 2:
     # A_0 = 1, A_3 = 2. I: L = floor((2 - A_t) / A_s) + 1; W: floor((2 - A_t) / w_s) + 1;

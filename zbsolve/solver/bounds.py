@@ -230,6 +230,34 @@ def _preds(graph: TaskGraph, op: Op, ordered: bool,
     return out
 
 
+@dataclass(frozen=True)
+class Edges:
+    """The start-to-start edges of ``_preds`` over ``ops`` (a topological order), by index:
+    ``preds[i]`` and ``succs[i]`` list (other op's index, weight). One walk of the graph that
+    the longest-path walks share (``heads_tails``, ``all_device_tails``, ``state_bound``,
+    ``projected``);
+    edges from ops outside ``ops`` are left out."""
+
+    ops: list[Op]
+    index: dict[Op, int]
+    preds: list[list[tuple[int, float]]]
+    succs: list[list[tuple[int, float]]]
+
+
+def edges(graph: TaskGraph, ops: list[Op], ordered: bool,
+          mem: dict[int, list[MemoryEdge]] | None = None) -> Edges:
+    """``_preds`` of every op of ``ops`` (topological), by index (``Edges``)."""
+    index = {op: i for i, op in enumerate(ops)}
+    preds: list[list[tuple[int, float]]] = []
+    succs: list[list[tuple[int, float]]] = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        ps = [(index[q], w) for q, w in _preds(graph, op, ordered, mem) if q in index]
+        for j, w in ps:
+            succs[j].append((i, w))
+        preds.append(ps)
+    return Edges(ops, index, preds, succs)
+
+
 @dataclass
 class HeadsTails:
     """Per op: head = earliest start, tail = least time from its end to the last op's end."""
@@ -300,24 +328,20 @@ def _joined_heads_tails(graph: TaskGraph, head: dict[Op, float], tail: dict[Op, 
 
 def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None,
           caps: dict[int, list[MemoryEdge]] | None = None) -> HeadsTails:
-    head: dict[Op, float] = {}
-    reached: set[Op] = set()  # every op without a source; else those the source reaches
-    preds = {op: _preds(graph, op, ordered, caps) for op in topo}
-    for op in topo:
-        cands = [head[q] + w for q, w in preds[op] if q in reached]
-        head[op] = max(cands, default=0.0)
-        if source is None or op == source or cands:
-            reached.add(op)
-    succ: dict[Op, list[tuple[Op, float]]] = {op: [] for op in topo}
-    for op in topo:
-        for q, w in preds[op]:
-            # tail(q) >= w - dur(q) + dur(op) + tail(op); w - dur(q) is the comm delay
-            if q in succ:
-                succ[q].append((op, w - graph.min_duration(q)))
-    tail: dict[Op, float] = {}
-    for op in reversed(topo):
-        tail[op] = max((c + graph.min_duration(n) + tail[n] for n, c in succ[op]), default=0.0)
-    return HeadsTails(head, tail, ordered)
+    e = edges(graph, topo, ordered, caps)
+    n = len(topo)
+    head = [0.0] * n
+    reached = [False] * n  # every op without a source; else those the source reaches
+    for i, op in enumerate(topo):
+        cands = [head[j] + w for j, w in e.preds[i] if reached[j]]
+        head[i] = max(cands, default=0.0)
+        reached[i] = source is None or op == source or bool(cands)
+    dur = [graph.min_duration(op) for op in topo]
+    tail = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        # tail(i) >= w - dur(i) + dur(k) + tail(k); w - dur(i) is the comm delay
+        tail[i] = max((w - dur[i] + dur[k] + tail[k] for k, w in e.succs[i]), default=0.0)
+    return HeadsTails(dict(zip(topo, head)), dict(zip(topo, tail)), ordered)
 
 
 def _one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
@@ -371,19 +395,14 @@ def all_device_tails(inst: Instance, ht: HeadsTails, devices: Iterable[int]
     the span bound's 4-s share of a 20-s solve; the vectors take 0.7 s).
     """
     graph = TaskGraph(inst)
-    caps = memory_precedences(inst)  # read only when ordered (``_preds``)
-    topo = graph.topological(implicit=True)
-    index = {op: i for i, op in enumerate(topo)}
+    # memory edges are read only when ordered (``_preds``)
+    e = edges(graph, graph.topological(implicit=True), ht.ordered, memory_precedences(inst))
+    topo, index = e.ops, e.index
     dur = [graph.min_duration(op) for op in topo]
     devices = list(devices)
     column = {d: k for k, d in enumerate(devices)}
     # each edge q -> op as (op's index, delay after q's end + op's duration)
-    succ: list[list[tuple[int, float]]] = [[] for _ in topo]
-    for i, op in enumerate(topo):
-        for q, w in _preds(graph, op, ht.ordered, caps):
-            j = index.get(q)
-            if j is not None:
-                succ[j].append((i, w - dur[j] + dur[i]))
+    succ = [[(i, w - dur[j] + dur[i]) for i, w in out] for j, out in enumerate(e.succs)]
     # via[i][k]: the path from op i's end to the end of an op of devices[k]; where op i is on
     # that device the path may stop at op i itself (0)
     via = np.full((len(topo), len(devices)), -math.inf)

@@ -85,10 +85,8 @@ def _edges(graph: TaskGraph, si: Instance, ops: list[Op]) -> list[list[tuple[int
     """Per op, its start-to-start predecessors (index into ``ops``, weight in model units):
     the precedences with their delays, the microbatch-order chain and the memory precedences,
     as ``bounds`` walks them and ``build_model`` states them with microbatch order on."""
-    index = {op: i for i, op in enumerate(ops)}
-    mem = memory_precedences(si)
-    return [[(index[q], int(round(w))) for q, w in bounds._preds(graph, op, True, mem)]
-            for op in ops]
+    e = bounds.edges(graph, ops, True, memory_precedences(si))
+    return [[(j, int(round(w))) for j, w in ps] for ps in e.preds]
 
 
 def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeScale,

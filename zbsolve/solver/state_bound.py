@@ -162,21 +162,12 @@ class _Paths:
     (the class ops a box can name, then X)."""
 
     def __init__(self, inst: Instance, graph: TaskGraph, ends: list[Op], objective: str):
-        caps = bounds.memory_precedences(inst)
-        topo = graph.topological(implicit=False)
-        index = {op: i for i, op in enumerate(topo)}
+        e = bounds.edges(graph, graph.topological(implicit=False), True,
+                         bounds.memory_precedences(inst))
+        topo, index = e.ops, e.index
         n_ops = len(topo)
         self.dur = dur = np.array([graph.min_duration(op) for op in topo])
-        preds: list[tuple[np.ndarray, np.ndarray]] = []
-        succs: list[list[tuple[int, float]]] = [[] for _ in topo]
-        for i, op in enumerate(topo):
-            ps = [(index[q], w) for q, w in bounds._preds(graph, op, True, caps)]
-            for j, w in ps:
-                succs[j].append((i, w))
-            preds.append((np.array([j for j, _ in ps], dtype=int),
-                          np.array([w for _, w in ps], dtype=float)))
-        succ = [(np.array([j for j, _ in s], dtype=int), np.array([w for _, w in s], dtype=float))
-                for s in succs]
+        preds, succ = _arrays(e.preds), _arrays(e.succs)
         self.ends = np.array([index[op] for op in ends], dtype=int)
         self.x = int(self.ends[-1])
         self.head = _walk(preds, np.zeros((n_ops, 1)), range(n_ops))[:, 0]
@@ -204,6 +195,12 @@ class _Paths:
         self.kind = np.array([op.kind for op in topo])[order]
         bounds_ = np.searchsorted(self.device_of, np.arange(inst.devices + 1))
         self.rows = [slice(int(a), int(b)) for a, b in zip(bounds_, bounds_[1:])]
+
+
+def _arrays(lists: list[list[tuple[int, float]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each op's (index, weight) list as two arrays, for ``_walk``."""
+    return [(np.array([j for j, _ in ps], dtype=int), np.array([w for _, w in ps], dtype=float))
+            for ps in lists]
 
 
 def _walk(edges: list[tuple[np.ndarray, np.ndarray]], out: np.ndarray, order) -> np.ndarray:
