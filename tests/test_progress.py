@@ -32,3 +32,25 @@ def test_a_bound_above_the_value_is_not_shown_as_a_gap():
     progress = Progress(1.0, "makespan", echo=True, stream=out)
     progress.note(25.0, 26.0, "optimal")  # a bound of the time-scaled model may exceed it
     assert "bound 25  gap 0.000%" in out.getvalue()
+
+
+def test_a_run_whose_bound_does_not_hold_shows_its_solutions_and_not_its_bound():
+    """A CP-SAT run with device orders kept (the bottleneck run) proves a bound of that
+    restricted model only: its lines and the kept history carry the bound from before."""
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    x = model.new_int_var(5, 20, "x")
+    model.minimize(x)
+    out = io.StringIO()
+    progress = Progress(1.0, "makespan", echo=True, stream=out, floor=2.0)
+    progress.bounds_hold = False
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.best_bound_callback = progress.on_bound
+    assert solver.solve(model, progress) == cp_model.OPTIMAL
+    assert progress.history and all(b == 2.0 for _, _, b in progress.history)
+    assert set(_bounds(out.getvalue())) == {2.0} and progress.best_bound == 2.0
+    progress.bounds_hold = True  # the same run where its bound holds: 5 is proven
+    assert cp_model.CpSolver().solve(model, progress) == cp_model.OPTIMAL
+    assert progress.history[-1][2] == 5.0 and progress.best_bound == 5.0

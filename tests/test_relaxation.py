@@ -126,6 +126,8 @@ def test_solve_runs_the_relaxation_phase_and_keeps_its_bound(monkeypatch):
     assert res.status == "optimal" and res.objective_value == 64.0
     assert res.lower_bound == 64.0 and res.analytic_bound == 62.0
     assert any(p["phase"] == "bottleneck" for p in info["phases"])
+    # the bottleneck run's own bound holds only with its order: none is shown above the result's
+    assert max(b for _, _, b in res.history) <= res.lower_bound
 
 
 @pytest.mark.parametrize("data, relax", [

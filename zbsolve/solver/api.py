@@ -735,8 +735,12 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
     if bound_search is None:
         bound_search = options.bound_search
     bound_search = bound_search and not order  # a kept order is for search
-    solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at,
-                        bound_search=bound_search)
+    progress.bounds_hold = not order  # a kept order's bound holds only with the order
+    try:
+        solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at,
+                            bound_search=bound_search)
+    finally:
+        progress.bounds_hold = True
     info.setdefault("cp_runs", []).append({
         "phase": label, "start": built, "status": solver.status_name(code),
         "wall": solver.wall_time,

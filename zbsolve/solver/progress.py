@@ -44,6 +44,9 @@ class Progress(cp_model.CpSolverSolutionCallback):
         self.goal: float | None = None
         self.reached = False
         self.best_bound = floor  # the largest bound reported so far: what is proven
+        # False while a run's bound is not one of the instance (a run with device orders
+        # kept): its solutions are shown and kept, its bound is not
+        self.bounds_hold = True
         self.t0 = time.perf_counter()
         self.history: list[tuple[float, float, float]] = []
 
@@ -61,7 +64,8 @@ class Progress(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         elapsed = time.perf_counter() - self.t0
         value = self.objective_value / self.unit
-        bound = self._proven(self.best_objective_bound / self.unit)
+        bound = (self._proven(self.best_objective_bound / self.unit) if self.bounds_hold
+                 else self.best_bound)
         self.history.append((elapsed, value, bound))
         if self.echo:
             print(self.line(elapsed, value, bound), file=self.stream, flush=True)
@@ -71,8 +75,9 @@ class Progress(cp_model.CpSolverSolutionCallback):
 
     def on_bound(self, bound: float) -> None:
         """CP-SAT's ``best_bound_callback``: a line when the proven bound moves."""
-        if not self.history:
-            return  # no incumbent from CP-SAT yet; the first solution line shows the bound
+        if not self.history or not self.bounds_hold:
+            return  # no incumbent from CP-SAT yet (the first solution line shows the bound),
+            # or a bound of a run with orders kept
         elapsed = time.perf_counter() - self.t0
         _, value, _ = self.history[-1]
         b = self._proven(bound / self.unit)
