@@ -63,9 +63,11 @@ def test_only_the_exact_run_gets_it(monkeypatch):
     res = solve(inst, SolveOptions(time_limit=10, workers=1, seed=0, windows=False,
                                    bound_search=True))
     assert res.status == "optimal"
-    # the relaxations first (a bound of their own: the default search), the exact run, then
-    # the memory tie-break, which searches schedules as before
-    first = len(res.schedule.meta["solver"].get("relax_first", []))
+    # the relaxations first (a bound of their own: the default search), the run with the
+    # bottleneck's order kept where they lift the bound (a search for schedules), the exact
+    # run, then the memory tie-break, which searches schedules as before
+    info = res.schedule.meta["solver"]
+    first = len(info.get("relax_first", [])) + ("bottleneck_first" in info)
     assert seen == [[]] * first + [["lb_tree_search"], []]
 
 
@@ -122,6 +124,13 @@ def test_the_switch_waits_for_a_stuck_bound_and_a_gap():
     assert not api._stuck(_progress(100.0, (1.0, 125.0, 100.0), (2.0, 120.0, 100.0)))  # improving
     assert api._stuck(_progress(100.0, (1.0, 120.0, 100.0), (2.0, 120.0, 100.0)))
     assert api._far(_progress(100.0, (1.0, 120.0, 101.0)))  # the relaxations' test
+    # an earlier run's improvements (the bottleneck's order first) are not this run's
+    earlier = _progress(100.0, (1.0, 125.0, 100.0), (2.0, 120.0, 100.0), (3.0, 120.0, 100.0))
+    assert not api._stuck(earlier)
+    earlier.run_start = 2
+    assert api._stuck(earlier)
+    earlier.run_start = 3  # this run has found nothing yet
+    assert not api._stuck(earlier)
 
 
 def test_the_switch_judges_only_a_run_that_had_time():

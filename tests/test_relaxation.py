@@ -340,9 +340,11 @@ def test_solve_cli_reports_the_relaxed_bound_and_can_skip_it(tmp_path, capsys):
     assert main(args) == 0
     assert "(analytic 62, relaxed 64, cp-sat" in capsys.readouterr().out
     out_path = tmp_path / "s.json"
-    assert main([*args, "--no-shave", "--no-relax-rest", "-o", str(out_path)]) == 0
+    assert main([*args, "--no-shave", "--no-relax-rest", "--no-bottleneck-first",
+                 "-o", str(out_path)]) == 0
     options = json.loads(out_path.read_text())["meta"]["options"]
     assert options["shave"] is False and options["relax_rest"] is False
+    assert options["bottleneck_first"] is False
 
 
 @pytest.mark.parametrize("goal, status, value", [
@@ -359,3 +361,31 @@ def test_a_solution_that_meets_the_goal_ends_the_search(goal, status, value):
     code = solver.solve(build_model(inst, "makespan", scale=scale).model, progress)
     assert (solver.status_name(code), solver.objective_value / scale.time) == (status, value)
     assert progress.reached == (goal is not None)
+
+
+def test_the_bottleneck_runs_first_where_the_relaxations_lift_the_bound(monkeypatch):
+    """Where the relaxations first lift the bound and the incumbent is not at it, a run with
+    the top device's relaxed order kept comes before the whole model; its schedule counts, its
+    bound (of the restricted model) is never shown or reported."""
+    # the serial schedule (72) as the only start: the greedy and hand-made ones reach 64
+    monkeypatch.setattr(api, "_greedy", lambda *a, **k: [])
+    monkeypatch.setattr(api, "hand_made", lambda *a, **k: [])
+    inst = load_instance(RELAX_WINS)
+    kw = dict(time_limit=20, deterministic=True, workers=1, memory_tiebreak=False,
+              windows=False, stretch=False, state_bound=False)
+    res = solve(inst, SolveOptions(**kw))
+    info = res.schedule.meta["solver"]
+    assert [p["value"] for p in info["phases"]][0] == 72.0
+    assert max(r["bound"] for r in info["relax_first"]) == 64.0 > res.analytic_bound
+    first = info["bottleneck_first"]
+    assert first["relaxed"] == 64.0 and first["gap"] > 0 and first["value"] == 64.0
+    assert [r["phase"] for r in info["cp_runs"]] == ["bottleneck-first"]  # it met the bound
+    assert "bottleneck's order meets the bound" in info["note"]
+    assert res.status == "optimal" and res.objective_value == 64.0 == res.lower_bound
+    assert max(b for _, _, b in res.history) <= res.lower_bound
+    off = solve(inst, SolveOptions(**kw, bottleneck_first=False))
+    assert "bottleneck_first" not in off.schedule.meta["solver"]
+    assert [r["phase"] for r in off.schedule.meta["solver"]["cp_runs"]] == ["exact"]
+    # no relaxation above the analytic bound: no bottleneck to keep
+    monkeypatch.setattr(api, "_relax_first", lambda *a, **k: (None, []))
+    assert "bottleneck_first" not in solve(inst, SolveOptions(**kw)).schedule.meta["solver"]

@@ -72,6 +72,10 @@ def register(sub) -> None:
                         help="the relaxations first: do not give what is left of their share "
                              "to the open relaxation with the longest relaxed schedule "
                              "(docs/solver.md)")
+    parser.add_argument("--no-bottleneck-first", action="store_true",
+                        help="the relaxations first: where they lift the bound, do not run "
+                             "the whole model with the top device's relaxed order kept before "
+                             "the search (1/20 of the limit; docs/solver.md)")
     parser.add_argument("--no-state-bound", action="store_true",
                         help="V placements with limits: skip the bound that branches on the "
                              "memory state at the tip's last forward (up to 3/10 of the limit, "
@@ -168,7 +172,7 @@ def handle(args) -> int:
         stretch=not args.no_stretch, handover=not args.no_handover,
         bound_search=args.bound_search, bound_switch=not args.no_bound_switch,
         state_bound=not args.no_state_bound, shave=not args.no_shave,
-        relax_rest=not args.no_relax_rest,
+        relax_rest=not args.no_relax_rest, bottleneck_first=not args.no_bottleneck_first,
     )
     hints = [start[0]] if start else []
     result = (solve_fused if args.fused_backward else solve)(inst, options, hints)

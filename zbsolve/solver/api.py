@@ -107,6 +107,10 @@ RELAX_FIRST_SHARE, RELAX_FIRST_SLICE, RELAX_FIRST_MAX_OPS = 0.1, 1.0, 800
 # measured on its own, a proof that waits for the bound rather than the schedule), the top
 # device kept with its most overloaded partner, PAIR_SHARE of the budget (``_pair_near``)
 PAIR_NEAR, PAIR_SHARE = 0.02, 0.15
+# After the relaxations first and the windows, where the relaxations lifted the bound and the
+# incumbent is not within the gap of it: a run with the bottleneck's order kept, for
+# BOTTLENECK_FIRST_SHARE of the budget at most, before the whole model (``_bottleneck_first``)
+BOTTLENECK_FIRST_SHARE = 0.05
 # V placements with limits: the memory-state bound at the tip (``_state_phase``) for at most
 # STATE_SHARE of the budget (its box search stops at STATE_CUT of that share, leaving the rest
 # for the paths it computes first; deterministic: STATE_BOXES boxes)
@@ -158,6 +162,9 @@ class SolveOptions:
     # ... and what is left of their share for the open relaxation with the longest relaxed
     # schedule, in one run (``relaxation.quick_bound``'s ``rest``)
     relax_rest: bool = True
+    # the relaxations first: where they lift the bound and the schedule is not at it, a run
+    # with the bottleneck device's relaxed order kept before the search (``_bottleneck_first``)
+    bottleneck_first: bool = True
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -497,9 +504,17 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         else:
             lift(_pair_near(inst, options, budget, info, singles, best.best().sim.value(objective),
                             floor, within), "a pair relaxation")
+            first = (options.bottleneck_first
+                     and rel_gap(best.best().sim.value(objective), floor) > within
+                     and _bottleneck_first(inst, options, best, budget, progress, info,
+                                           singles, analytic, floor))
+            ran = ran or first
             if rel_gap(best.best().sim.value(objective), floor) > within:
                 exact_ran, cp_bound = _exact_phases(inst, options, best, budget, progress, info)
                 ran = ran or exact_ran
+            elif first:
+                info["note"] = ("the run with the bottleneck's order meets the bound: "
+                                "the whole model not run")
             else:
                 info["note"] = "a pair relaxation proves the best schedule: CP-SAT not run"
         if (info.get("cp_status") == "OPTIMAL"
@@ -694,10 +709,11 @@ def _stuck(progress: Progress) -> bool:
     """The bound switch's test: far (``_far``), CP-SAT's bound has not left the analytic one
     (``Progress.floor``) and its search has found nothing better than its first solution (the
     hint). A bound that moves may still prove, and a search that still improves the schedule
-    may still close the gap from above (random-29, random-25: twelfth pass)."""
-    if not _far(progress):
+    may still close the gap from above (random-29, random-25: twelfth pass). Only this run's
+    solutions count: an earlier run's (the bottleneck's order first) improved on its own."""
+    values = [value for _, value, _ in progress.history[progress.run_start:]]
+    if not values or not _far(progress):
         return False
-    values = [value for _, value, _ in progress.history]
     return (progress.history[-1][2] <= progress.floor * (1 + STUCK_TOL)
             and min(values) >= values[0] * (1 - STUCK_TOL))
 
@@ -736,6 +752,7 @@ def _solve_exact(inst: Instance, options: SolveOptions, inc: _Candidate, budget:
         bound_search = options.bound_search
     bound_search = bound_search and not order  # a kept order is for search
     progress.bounds_hold = not order  # a kept order's bound holds only with the order
+    progress.run_start = len(progress.history)
     try:
         solver, code = _run(sm, options, budget, seconds, progress, progress.on_bound, at,
                             bound_search=bound_search)
@@ -983,6 +1000,38 @@ def _pair_near(inst: Instance, options: SolveOptions, budget: Budget, info: dict
     info["relax_pair"] = {"devices": [top.device, mates[0]], "bound": r.bound / scale.time,
                           "proven": r.proven, "seconds": r.seconds, "dtime": r.dtime}
     return _instance_bound(r.bound, scale)
+
+
+def _bottleneck_first(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
+                      progress: Progress, info: dict[str, Any], singles: list[Any],
+                      analytic: float, floor: float) -> bool:
+    """A CP-SAT run of the whole model with the bottleneck's order kept: the device whose
+    relaxation (of the relaxations first, ``singles``) needs the longest schedule, where their
+    bound is above the analytic one; for BOTTLENECK_FIRST_SHARE of the budget. Its schedule joins
+    the pool and hints the search after it; its bound holds only with the order and is not
+    used. Returns whether it found a schedule.
+
+    Why: the relaxation's order is where that device's memory and round trips allow the
+    shortest schedule, which the search from the hand-made or window schedule may not find
+    in the time (random-01: 1461 from there at 60 s, 1489-1511 without; docs/solver.md,
+    "One-device relaxations first")."""
+    scale = TimeScale.choose(inst)
+    solved = [r for r in singles if r.order and r.value is not None]
+    top = max(solved, key=lambda r: (r.value, r.bound), default=None)
+    seconds = min(budget.cp_left(), BOTTLENECK_FIRST_SHARE * budget.limit)
+    lifted = max((r.bound for r in singles), default=0) > analytic * scale.time + TOL
+    if top is None or not lifted or seconds <= 0:
+        return False
+    incumbent = best.best().sim.value(options.objective)
+    progress.note(incumbent, floor, f"bottleneck first: device {top.device}'s order kept")
+    res = _solve_exact(inst, options, best.best(), budget, progress, info, scale,
+                       seconds=seconds, order=[list(top.order)], label="bottleneck-first")
+    _offer_exact(inst, best, res, info, "bottleneck-first")
+    info["bottleneck_first"] = {
+        "device": top.device, "relaxed": top.value / scale.time, "proven": top.proven,
+        "gap": rel_gap(incumbent, floor),
+        "value": None if res.schedule is None else best.best().sim.value(options.objective)}
+    return res.schedule is not None
 
 
 def _switches(inst: Instance, options: SolveOptions, n_ops: int) -> bool:

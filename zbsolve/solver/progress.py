@@ -47,6 +47,7 @@ class Progress(cp_model.CpSolverSolutionCallback):
         # False while a run's bound is not one of the instance (a run with device orders
         # kept): its solutions are shown and kept, its bound is not
         self.bounds_hold = True
+        self.run_start = 0  # where in ``history`` the current CP-SAT run's entries begin
         self.t0 = time.perf_counter()
         self.history: list[tuple[float, float, float]] = []
 
