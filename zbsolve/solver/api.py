@@ -1013,7 +1013,7 @@ def _bottleneck_first(inst: Instance, options: SolveOptions, best: _Best, budget
 
     Why: the relaxation's order is where that device's memory and round trips allow the
     shortest schedule, which the search from the hand-made or window schedule may not find
-    in the time (random-01: 1461 from there at 60 s, 1489-1511 without; docs/solver.md,
+    in the time (random-01: 1461-1475 from there at 60 s, 1489-1511 without; docs/solver.md,
     "One-device relaxations first")."""
     scale = TimeScale.choose(inst)
     solved = [r for r in singles if r.order and r.value is not None]
