@@ -967,6 +967,14 @@ def _relax_first(inst: Instance, options: SolveOptions, budget: Budget, info: di
     return (_instance_bound(raw, scale) if runs else None), runs
 
 
+def _top_relaxation(singles: list[Any]) -> Any:
+    """Of the relaxations first, the one whose relaxed schedule is the longest (then the
+    highest bound): the bottleneck, where a pair starts and whose order is kept; None where
+    none found a schedule (a relaxation with a schedule has its device's order)."""
+    return max((r for r in singles if r.value is not None), key=lambda r: (r.value, r.bound),
+               default=None)
+
+
 def _pair_near(inst: Instance, options: SolveOptions, budget: Budget, info: dict[str, Any],
                singles: list[Any], incumbent: float, floor: float, within: float
                ) -> float | None:
@@ -981,11 +989,10 @@ def _pair_near(inst: Instance, options: SolveOptions, budget: Budget, info: dict
     (docs/solver.md, "Two devices kept")."""
     from zbsolve.solver import relaxation
 
-    solved = [r for r in singles if r.value is not None]
-    if (not solved or inst.devices < 3 or rel_gap(incumbent, floor) <= within
+    top = _top_relaxation(singles)
+    if (top is None or inst.devices < 3 or rel_gap(incumbent, floor) <= within
             or rel_gap(incumbent, floor) > PAIR_NEAR):
         return None
-    top = max(solved, key=lambda r: (r.value, r.bound))
     mates = [d for d, over in top.overload if over > 0]
     seconds = min(budget.cp_left(), PAIR_SHARE * budget.limit)
     if not mates or seconds <= 0:
@@ -1016,8 +1023,7 @@ def _bottleneck_first(inst: Instance, options: SolveOptions, best: _Best, budget
     in the time (random-01: 1461-1475 from there at 60 s, 1489-1511 without; docs/solver.md,
     "One-device relaxations first")."""
     scale = TimeScale.choose(inst)
-    solved = [r for r in singles if r.order and r.value is not None]
-    top = max(solved, key=lambda r: (r.value, r.bound), default=None)
+    top = _top_relaxation(singles)
     seconds = min(budget.cp_left(), BOTTLENECK_FIRST_SHARE * budget.limit)
     lifted = max((r.bound for r in singles), default=0) > analytic * scale.time + TOL
     if top is None or not lifted or seconds <= 0:

@@ -81,12 +81,14 @@ class Projected:
         return dict(zip(self.ops, out))
 
 
-def _edges(graph: TaskGraph, si: Instance, ops: list[Op]) -> list[list[tuple[int, int]]]:
-    """Per op, its start-to-start predecessors (index into ``ops``, weight in model units):
-    the precedences with their delays, the microbatch-order chain and the memory precedences,
-    as ``bounds`` walks them and ``build_model`` states them with microbatch order on."""
+def _edges(graph: TaskGraph, si: Instance, ops: list[Op]) -> bounds.Edges:
+    """The start-to-start edges (index into ``ops``, weights rounded to model units): the
+    precedences with their delays, the microbatch-order chain and the memory precedences, as
+    ``bounds`` walks them and ``build_model`` states them with microbatch order on."""
     e = bounds.edges(graph, ops, True, memory_precedences(si))
-    return [[(j, int(round(w))) for j, w in ps] for ps in e.preds]
+    preds, succs = ([[(j, int(round(w))) for j, w in ps] for ps in lists]
+                    for lists in (e.preds, e.succs))
+    return bounds.Edges(e.ops, e.index, preds, succs)
 
 
 def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeScale,
@@ -109,26 +111,22 @@ def build(inst: Instance, objective: str, keep: Iterable[int], *, scale: TimeSca
     if n * len(kept) > MAX_CELLS:
         return None
     dur = np.array([int(graph.duration(op)) for op in ops], dtype=float)
-    preds = _edges(graph, si, ops)
+    edges = _edges(graph, si, ops)
+    preds, index = edges.preds, edges.index
     span = objective == "span"
     dev_heads = [int(round(h)) for h in graph.device_heads()]
     # the objective through each op: its end (less its device's head, for a span), and
     # through a device's single first forward, that plus the device's work
     own = dur - (np.array([dev_heads[d] for d in dev], dtype=float) if span else 0.0)
-    index = {op: i for i, op in enumerate(ops)}
     for d, (lead,) in enumerate(leads):
         i = index[lead]
         own[i] = max(own[i], math.ceil(graph.device_min_work(d) - 1e-9)
                      - (dev_heads[d] if span else 0))
     ht = heads_tails(si, ordered=True, graph=graph)
     head = [int(ht.head[op]) for op in ops]
-    succs: list[list[tuple[int, int]]] = [[] for _ in ops]
-    for i, ps in enumerate(preds):
-        for j, w in ps:
-            succs[j].append((i, w))
     tail = own.copy()
     for i in range(n - 1, -1, -1):
-        for k, w in succs[i]:
+        for k, w in edges.succs[i]:
             tail[i] = max(tail[i], w + tail[k])
     # D(a, b) through free ops only: one column per kept op, a kept op passes nothing on
     col = {i: c for c, i in enumerate(kept)}
