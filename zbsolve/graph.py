@@ -401,10 +401,12 @@ class TaskGraph:
     def min_duration(self, op: Op) -> float:
         """A lower bound on the time from ``op``'s start to its end in any job: its duration,
         or x times it where it may run in an overlapped pair of factor x (the pair lasts
-        x (F + B) >= x F, and its backward ends with it). Bounds use this, so they stay valid
-        when the solver may pair ops."""
-        if op[0] != F and op[0] != I and op[0] != B:
-            return self.duration(op)  # W, SYNC and the modes' ops never run in a pair
+        x (F + B) >= x F, and its backward ends with it). A W too: a schedule may fuse its unit
+        and pair the fused backward, x (F + I + W), which holds the W for x W (the solver's
+        model does: an absorbing pair). Bounds use this, so they stay valid when the solver
+        may pair ops."""
+        if op[0] != F and op[0] != I and op[0] != B and op[0] != W:
+            return self.duration(op)  # SYNC and the modes' ops never run in a pair
         fx, bx = self._min_x
         return self.duration(op) * (fx if op[0] == F else bx)[op[1]]
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
@@ -341,7 +342,57 @@ def _walk(graph: TaskGraph, topo: list[Op], ordered: bool, source: Op | None,
     for i in range(n - 1, -1, -1):
         # tail(i) >= w - dur(i) + dur(k) + tail(k); w - dur(i) is the comm delay
         tail[i] = max((w - dur[i] + dur[k] + tail[k] for k, w in e.succs[i]), default=0.0)
+    if graph.overlap and source is None:
+        head = _alone_until_paired(graph, e, head, dur)
     return HeadsTails(dict(zip(topo, head)), dict(zip(topo, tail)), ordered)
+
+
+def _stage_pair_starts(graph: TaskGraph, head: dict[Op, float]
+                       ) -> tuple[dict[int, float], dict[int, float]]:
+    """Per stage, the earliest an overlapped pair can start with one of its forwards, and with
+    one of its backwards: a pair starts with both of its ops, so no earlier than the later of
+    their heads; taken over the (forward stage, backward stage) pairs the instance allows,
+    each op at its stage's least head. Stages without pairs are absent."""
+    first: dict[tuple[bool, int], float] = {}
+    for op, t in head.items():
+        if op.kind in (Kind.F, Kind.I, Kind.B):
+            key = (op.kind == Kind.F, op.stage)
+            first[key] = min(first.get(key, math.inf), t)
+    fwd: dict[int, float] = {}
+    bwd: dict[int, float] = {}
+    for d in range(graph.inst.devices):
+        for a, b, _ in graph.pair_options(d):
+            t = max(first.get((True, a), math.inf), first.get((False, b), math.inf))
+            fwd[a], bwd[b] = min(fwd.get(a, math.inf), t), min(bwd.get(b, math.inf), t)
+    return fwd, bwd
+
+
+def _alone_until_paired(graph: TaskGraph, e: Edges, head: list[float],
+                        dur: list[float]) -> list[float]:
+    """Heads again where a forward or backward that no pair can hold yet runs alone, at its
+    whole duration.
+
+    An op of a pair starts with its partner, so no earlier than its stage's pair start
+    (``_stage_pair_starts`` of the first pass's heads; a W in its unit's fused backward: its
+    stage's backward one). One that starts at s before it runs alone, so its end >= min(s +
+    duration, max(s, pair start) + min_duration), which only grows with s: it holds at s =
+    its head. Why: the first microbatch's forwards run before any backward exists, and a V
+    device's last stage pairs only with its first stage's backwards, the last of a round
+    trip; at the pair share they cost the overlapped bench rows 6-16 of their analytic bound
+    (docs/solver.md, "Overlapped pairs start late"). Tails are left as they are: mirrored,
+    the same argument holds, but it moved no bench row's bound and no test could tell a
+    wrong version of it from a right one."""
+    ops = e.ops
+    fwd, bwd = _stage_pair_starts(graph, dict(zip(ops, head)))
+    out, reach = [0.0] * len(ops), [0.0] * len(ops)
+    for i, op in enumerate(ops):
+        out[i] = max((reach[j] + w - dur[j] for j, w in e.preds[i]), default=0.0)
+        if op.kind in (Kind.F, Kind.I, Kind.B, Kind.W):
+            pair = (fwd if op.kind == Kind.F else bwd).get(op.stage, math.inf)
+            reach[i] = min(out[i] + graph.duration(op), max(out[i], pair) + dur[i])
+        else:
+            reach[i] = out[i] + dur[i]
+    return out
 
 
 def _one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
@@ -371,6 +422,68 @@ def _one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
         else:  # run until the next release, then choose again
             heapq.heappush(ready, (neg_tail, left - (release - t)))
             t = release
+    return best
+
+
+def pair_start(graph: TaskGraph, head: dict[Op, float], device: int) -> float:
+    """The earliest an overlapped pair can start on ``device`` (inf: none allowed): no earlier
+    than both of its ops' heads (``_stage_pair_starts``)."""
+    stages = {a for a, _, _ in graph.pair_options(device)}
+    if not stages:
+        return math.inf
+    fwd, _ = _stage_pair_starts(graph, head)
+    return min(fwd.get(a, math.inf) for a in stages)
+
+
+def _late_pairs_bound(jobs: list[tuple[float, float, float, float]], start: float) -> float:
+    """A one-machine bound for a device whose forwards and backwards may shorten in overlapped
+    pairs, where none can before ``start`` (``pair_start``). ``jobs`` = (head, min_duration,
+    tail, duration): an op with min_duration < duration shortens only in a pair.
+
+    ``_one_machine_bound`` counts every such op at its pair share x * duration, as if the
+    device paired from its first op; but before the first pair can start an op runs alone,
+    at its whole duration, which removes only x of it from the work left. For a set S of the
+    device's ops (h its least head, q its least tail, P its summed min_durations) let r be the
+    earliest a pair or an op of S that never pairs can start (min of ``start`` and those
+    ops' heads). If S's last op ends at or after r, the device time in [h, T - q] holds the
+    time in [h, r) that S does not use, plus P, plus (1 - x) of the duration of every op of S
+    that started alone before r; those cover the A <= min(r - h, D) of [h, r) that S uses (D:
+    the durations of S's pairing ops with heads before r; x: the largest min_duration /
+    duration among them). So T >= h + q + P + (r - h) - x A. Otherwise every op of S ended
+    before r, alone: T >= h + q + S's whole durations. The bound is the lesser of the two,
+    for S each set {tail >= u} (the nested family ``_one_machine_bound`` once used)."""
+    heads = sorted({h for h, p, _, d in jobs if p < d})
+    rank = {h: i for i, h in enumerate(heads)}
+    tree = [0.0] * (len(heads) + 1)  # Fenwick tree: durations of S's pairing ops by head
+
+    def add(i: int, d: float) -> None:
+        i += 1
+        while i < len(tree):
+            tree[i] += d
+            i += i & -i
+
+    def before(r: float) -> float:  # durations of S's pairing ops with head < r
+        i, s = bisect_left(heads, r), 0.0
+        while i > 0:
+            s += tree[i]
+            i -= i & -i
+        return s
+
+    best, h, work, whole, alone, x = 0.0, math.inf, 0.0, 0.0, math.inf, 0.0
+    jobs = sorted(jobs, key=lambda j: -j[2])
+    for k, (head, p, tail, d) in enumerate(jobs):
+        h, work, whole = min(h, head), work + p, whole + d
+        if p < d:
+            x = max(x, p / d)
+            add(rank[head], d)
+        else:
+            alone = min(alone, head)
+        if k + 1 < len(jobs) and jobs[k + 1][2] == tail:
+            continue  # the set {tail >= u} once it holds every op of tail u
+        r = min(start, alone)
+        if r > h:
+            late = h + tail + work + (r - h) - x * min(r - h, before(r))
+            best = max(best, min(late, h + tail + whole))
     return best
 
 
@@ -424,9 +537,23 @@ def _device_jobs(inst: Instance, ht: HeadsTails) -> list[list[tuple[float, float
 
 
 def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list[float]:
-    """Per device, a lower bound on the makespan (head-body-tail on its ops)."""
+    """Per device, a lower bound on the makespan (head-body-tail on its ops; with overlapped
+    pairs also ``_late_pairs_bound``)."""
     ht = ht or heads_tails(inst)
-    return [_one_machine_bound(j) for j in _device_jobs(inst, ht)]
+    graph = TaskGraph(inst)
+    return [max(_one_machine_bound(jobs), _paired(graph, ht, d, jobs))
+            for d, jobs in enumerate(_device_jobs(inst, ht))]
+
+
+def _paired(graph: TaskGraph, ht: HeadsTails, device: int,
+            jobs: list[tuple[float, float, float]]) -> float:
+    """``_late_pairs_bound`` of ``device``'s jobs (as ``_device_jobs`` lists them), 0 without
+    overlapped pairs."""
+    if not graph.overlap:
+        return 0.0
+    ops = [*graph.device_ops(device), *graph.tail_ops(device)]
+    return _late_pairs_bound([(h, p, q, graph.duration(op)) for (h, p, q), op in zip(jobs, ops)],
+                             pair_start(graph, ht.head, device))
 
 
 def device_lower_bounds(inst: Instance) -> list[float]:
@@ -452,7 +579,8 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
         tails = own.get(d, {})
         jobs = [(ht.head[op], graph.min_duration(op), tails.get(op, 0.0))
                 for op in graph.device_ops(d)]
-        out.append(max(_one_machine_bound(jobs) - h, graph.device_min_work(d)))
+        out.append(max(_one_machine_bound(jobs) - h, _paired(graph, ht, d, jobs) - h,
+                       graph.device_min_work(d)))
     return out
 
 
