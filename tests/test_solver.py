@@ -533,3 +533,16 @@ def test_the_memory_phase_does_not_begin_what_it_cannot_end():
     info = {"ops": 3072, "build_seconds": 7.5}
     _memory_phase(make(), SolveOptions(time_limit=8.0), None, Budget(8.0), info)
     assert info["memory_phase"] == "not run: no time left"
+
+
+def test_a_pair_that_holds_a_fused_backward_is_not_bounded_away():
+    # Two replicas, F = I = 1, W = 6, x = 0.5: a pair of a forward and a fused backward lasts
+    # 0.5 (1 + 1 + 6) = 4, where a W alone lasts 6. The bounds once counted every W whole, so
+    # the solve claimed 28 optimal; pairing fused backwards reaches 24, CP-SAT's proven
+    # optimum of a model that does not read the bounds (tests/test_bounds.py, blind_solve).
+    inst = load_instance({"devices": 2, "microbatches": 4, "replicas": 2,
+                          "times": {"F": 1, "I": 1, "W": 6}, "overlap": {"FB": 0.5}})
+    assert analytic_bound(inst) <= 24.0
+    res = solve(inst, SolveOptions(**FAST))
+    assert res.status == "optimal" and res.objective_value == pytest.approx(24.0)
+    assert validate(inst, res.schedule).makespan == pytest.approx(24.0)
