@@ -378,7 +378,7 @@ def _alone_until_paired(graph: TaskGraph, e: Edges, head: list[float],
     duration, max(s, pair start) + min_duration), which only grows with s: it holds at s =
     its head. Why: the first microbatch's forwards run before any backward exists, and a V
     device's last stage pairs only with its first stage's backwards, the last of a round
-    trip; at the pair share they cost the overlapped bench rows 6-16 of their analytic bound
+    trip; at the pair share they cost the overlapped bench rows 7-15 of their analytic bound
     (docs/solver.md, "Overlapped pairs start late"). Tails are left as they are: mirrored,
     the same argument holds, but it moved no bench row's bound and no test could tell a
     wrong version of it from a right one."""
