@@ -1,7 +1,9 @@
 """Lower bounds: never above a proven optimum, and every term pinned where it matters.
 
 The optima are CP-SAT's on the unreduced model (no microbatch order, no memory precedences, no
-bound on the objective), one worker, fixed seed: what the bounds' proofs must not exceed. Each
+bound on the objective), one worker, fixed seed: what the bounds' proofs must not exceed. The
+hypothesis tests build that model without the heads and tails as well (``blind_solve``: the
+model takes them as its start domains, so an oracle with them would share their error). Each
 pinned instance comes with the value the bound loses when one of its terms is removed, so a
 term that silently stops working fails a test.
 """
