@@ -201,6 +201,11 @@ def test_bound_and_reduced_model_keep_the_optimum(inst, objective):
     best, start, end = blind_solve(inst, objective)  # a model that does not read the heads
     assert analytic_bound(inst, objective) <= best + 1e-9
     heads_and_tails_hold(inst, start, end)
+    # in microbatch order the optimum is the same (relabelling), and there the ordered heads
+    # and tails hold, memory edges included (that model has its memory, not the edges)
+    in_order, start, end = blind_solve(inst, objective, ordered=True)
+    assert in_order == pytest.approx(best)
+    heads_and_tails_hold(inst, start, end, ordered=True)
     # the solver's model (microbatch order, memory precedences, objective >= the bound) keeps it
     assert optimum(inst, objective) == pytest.approx(best)
 
@@ -285,18 +290,20 @@ V_PAIRS = {"devices": 2, "microbatches": 2, "chunks": 2, "placement": "v",
            "times": {"F": 2, "I": 2, "W": 2}, "overlap": {"FB": 0.5}}
 
 
-def blind_solve(inst, objective):
+def blind_solve(inst, objective, ordered=False):
     """CP-SAT's proven optimum of the unreduced model, built without the heads and tails it
     otherwise takes as its start domains: the oracle for a test of the heads and tails
-    themselves. Returns the optimum and every op's start and end in it."""
+    themselves. Returns the optimum and every op's start and end in it. ``ordered``: with
+    the microbatch order, but still without the memory edges (which that model adds)."""
     keep = bounds.heads_tails
 
     def zero(*args, **kw):
         ht = keep(*args, **kw)
         return bounds.HeadsTails(dict.fromkeys(ht.head, 0.0), dict.fromkeys(ht.tail, 0.0),
                                  ht.ordered)
-    with mock.patch.object(model_module, "heads_tails", zero):
-        sm = build_model(inst, objective, **UNREDUCED)
+    with (mock.patch.object(model_module, "heads_tails", zero),
+          mock.patch.object(model_module, "_add_memory_precedences", lambda *a: None)):
+        sm = build_model(inst, objective, **{**UNREDUCED, "symmetry": ordered})
     solver, unit = proven(sm), sm.scale.time
     return (solver.objective_value / unit,
             {op: solver.value(v) / unit for op, v in sm.start.items()},
@@ -304,11 +311,12 @@ def blind_solve(inst, objective):
                   else solver.value(v) + sm.duration(op)) / unit for op, v in sm.start.items()})
 
 
-def heads_and_tails_hold(inst, start, end):
-    """Every unordered head and tail holds in the schedule ``start`` / ``end`` (unordered: it
-    need not run microbatches in order). A W that a pair absorbs starts with the pair, so its
-    head bounds its end instead."""
-    ht, graph = bounds.heads_tails(inst, ordered=False), TaskGraph(inst)
+def heads_and_tails_hold(inst, start, end, ordered=False):
+    """Every head and tail holds in the schedule ``start`` / ``end`` (unordered ones: it need
+    not run microbatches in order; ordered ones, with the microbatch chains and memory edges:
+    it does). A W that a pair absorbs starts with the pair, so its head bounds its end
+    instead."""
+    ht, graph = bounds.heads_tails(inst, ordered=ordered), TaskGraph(inst)
     last = max(end.values())
     for op, head in ht.head.items():
         if op.kind == "W":
