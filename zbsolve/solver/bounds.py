@@ -428,11 +428,14 @@ def _one_machine_bound(jobs: list[tuple[float, float, float]]) -> float:
 def pair_start(graph: TaskGraph, head: dict[Op, float], device: int) -> float:
     """The earliest an overlapped pair can start on ``device`` (inf: none allowed): no earlier
     than both of its ops' heads (``_stage_pair_starts``)."""
-    stages = {a for a, _, _ in graph.pair_options(device)}
-    if not stages:
-        return math.inf
-    fwd, _ = _stage_pair_starts(graph, head)
-    return min(fwd.get(a, math.inf) for a in stages)
+    return _device_pair_start(graph, _stage_pair_starts(graph, head)[0], device)
+
+
+def _device_pair_start(graph: TaskGraph, fwd: dict[int, float], device: int) -> float:
+    """``pair_start`` from the forward stages' pair starts (``_stage_pair_starts``), which a
+    caller bounding every device computes once."""
+    return min((fwd.get(a, math.inf) for a, _, _ in graph.pair_options(device)),
+               default=math.inf)
 
 
 def _late_pairs_bound(jobs: list[tuple[float, float, float, float]], start: float) -> float:
@@ -541,19 +544,20 @@ def device_makespan_bounds(inst: Instance, ht: HeadsTails | None = None) -> list
     pairs also ``_late_pairs_bound``)."""
     ht = ht or heads_tails(inst)
     graph = TaskGraph(inst)
-    return [max(_one_machine_bound(jobs), _paired(graph, ht, d, jobs))
+    fwd = _stage_pair_starts(graph, ht.head)[0] if graph.overlap else {}
+    return [max(_one_machine_bound(jobs), _paired(graph, fwd, d, jobs))
             for d, jobs in enumerate(_device_jobs(inst, ht))]
 
 
-def _paired(graph: TaskGraph, ht: HeadsTails, device: int,
+def _paired(graph: TaskGraph, fwd: dict[int, float], device: int,
             jobs: list[tuple[float, float, float]]) -> float:
-    """``_late_pairs_bound`` of ``device``'s jobs (as ``_device_jobs`` lists them), 0 without
-    overlapped pairs."""
+    """``_late_pairs_bound`` of ``device``'s jobs (as ``_device_jobs`` lists them; ``fwd``: the
+    forward stages' pair starts), 0 without overlapped pairs."""
     if not graph.overlap:
         return 0.0
     ops = [*graph.device_ops(device), *graph.tail_ops(device)]
     return _late_pairs_bound([(h, p, q, graph.duration(op)) for (h, p, q), op in zip(jobs, ops)],
-                             pair_start(graph, ht.head, device))
+                             _device_pair_start(graph, fwd, device))
 
 
 def device_lower_bounds(inst: Instance) -> list[float]:
@@ -575,11 +579,12 @@ def device_span_bounds(inst: Instance, ht: HeadsTails | None = None,
     graph = TaskGraph(inst)
     out = []
     own = all_device_tails(inst, ht, range(inst.devices)) if own_tails else {}
+    fwd = _stage_pair_starts(graph, ht.head)[0] if graph.overlap else {}
     for d, h in enumerate(graph.device_heads()):
         tails = own.get(d, {})
         jobs = [(ht.head[op], graph.min_duration(op), tails.get(op, 0.0))
                 for op in graph.device_ops(d)]
-        out.append(max(_one_machine_bound(jobs) - h, _paired(graph, ht, d, jobs) - h,
+        out.append(max(_one_machine_bound(jobs) - h, _paired(graph, fwd, d, jobs) - h,
                        graph.device_min_work(d)))
     return out
 
