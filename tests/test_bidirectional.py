@@ -204,7 +204,9 @@ def test_solver_chooses_overlapped_pairs_and_beats_the_fixed_pattern():
                           "comm": 0.1})
     res = solve(inst, SolveOptions(time_limit=30, workers=2, seed=0))
     pattern = simulate(inst, generate("dualpipev", inst)).makespan
-    assert res.status == "optimal" and res.objective_value == pytest.approx(19.8)
+    # 19.8 before the Ws a pair may absorb lost their own microbatch order, which cut the
+    # optimum off (tests/test_bounds.py, W_FOLLOWS_I)
+    assert res.status == "optimal" and res.objective_value == pytest.approx(19.7)
     assert res.objective_value < pattern == pytest.approx(21.4)
     assert res.schedule.has_pairs and res.schedule.meta["source"] == "exact"
     table = lower(inst, res.schedule)
@@ -221,7 +223,7 @@ def test_span_with_overlapped_pairs_is_solved_not_fallen_back():
                           "comm": 0.1})
     res = solve(inst, SolveOptions(time_limit=30, workers=2, seed=0, objective="span"))
     assert res.status == "optimal" and res.schedule.meta["source"] == "exact"
-    assert res.objective_value == pytest.approx(19.7)
+    assert res.objective_value == pytest.approx(19.4)  # 19.7 under the W chains (above)
     assert simulate(inst, generate("dualpipev", inst)).max_span == pytest.approx(21.4)
 
 

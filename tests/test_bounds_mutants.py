@@ -201,10 +201,20 @@ def test_memory_end_bound_needs_a_binding_limit_and_few_stages():
     assert bounds.memory_end_bounds(five, max_stages=5) == [90.0]
 
 
-@pytest.mark.parametrize("extra", [dict(segments=2), dict(overlap={"FB": 0.8}),
-                                   dict(recompute={"R": 0.5, "kept": 0.25})])
+@pytest.mark.parametrize("extra", [dict(segments=2), dict(recompute={"R": 0.5, "kept": 0.25})])
 def test_memory_end_bound_is_gated_off_where_its_argument_does_not_hold(extra):
     assert bounds.memory_end_bounds(make_instance(p=2, m=4, v=2, limit=2, **extra)) == [None, None]
+
+
+def test_memory_end_bound_holds_with_overlapped_pairs_at_their_share():
+    # at 2 no pair fits (a pair needs 3: one microbatch's two stages and another's first), so
+    # the bound is the plain instance's; at 3 pairs fit and the work counts at x = 0.5
+    tight = make_instance(p=2, m=4, v=2, limit=2)
+    assert bounds.memory_end_bounds(tight.with_(overlap={"FB": 0.8})) == \
+        bounds.memory_end_bounds(tight) == [27.0, 26.0]
+    roomy = make_instance(p=2, m=4, v=2, limit=3)
+    assert bounds.memory_end_bounds(roomy) == [26.0, 25.0]
+    assert bounds.memory_end_bounds(roomy.with_(overlap={"FB": 0.5})) == [13.0, 13.0]
 
 
 def test_memory_end_bound_is_gated_off_for_replicas():

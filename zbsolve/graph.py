@@ -101,6 +101,7 @@ from typing import NamedTuple
 
 from zbsolve.instance import Instance
 from zbsolve.modes import KIND_MODE, MODE_OPS, Mode
+from zbsolve.numeric import exceeds
 from zbsolve.ops import Kind, Op, Pair
 
 START, END = 0, 1
@@ -149,6 +150,32 @@ class Handoff:
         return "F" if self.src.kind == Kind.F else "B"
 
 
+def _pair_fits(inst: Instance, forward_stage: int, backward_stage: int) -> bool:
+    """Whether the device's limit can hold a pair of F(forward_stage, j) and a backward of
+    (backward_stage, i) as the pair starts. Microbatch i then holds the whole activation of
+    each of its stages on the device up to backward_stage (their forwards ran, their
+    backwards wait for this one), and microbatch j (another one: its forward and backward on
+    those stages are ordered) those up to forward_stage, the one allocated at the pair's start
+    included; on top of the device's resident weights. Where that exceeds the limit no
+    schedule runs the pair, so the bounds must not count its ops at the pair's share
+    (``min_duration``).
+
+    Why: at tight memory the pairs a DualPipe-like instance allows never happen, and counting
+    every op at x of its duration left the bound far below the optimum (a two-device loop whose
+    devices hold one microbatch's two stages at a time: 17.75 against a proven 34, which the
+    same instance without overlap bounds at 33). Only for whole units (one segment, no memory
+    modes), whose activation is held whole from F's start to the end of its I or fused B."""
+    d = inst.placement[forward_stage]
+    limit = inst.limit[d]
+    if limit is None or inst.segments != 1 or inst.offers_modes:
+        return True
+    S = inst.model_stages
+    held = inst.resident(d) + sum(
+        inst.activation[t] for top in (forward_stage, backward_stage)
+        for t in inst.stages_of(d) if top - top % S <= t <= top)
+    return not exceeds(held, limit)
+
+
 class TaskGraph:
     """Ops, dependencies, durations, devices and memory of one instance in one form."""
 
@@ -173,15 +200,18 @@ class TaskGraph:
         self._up = tuple(inst.hop(s + 1, s) if s + 1 < n else 0.0 for s in range(n))  # s+1 -> s
         self.overlap = inst.overlap is not None
         if self.overlap:  # the smallest pair factor each stage can run under, as F / as backward
-            fx = [min((x for t in inst.stages_of(inst.placement[s])
-                       if (x := inst.overlap_factor(s, t)) is not None), default=1.0)
-                  for s in range(n)]
-            bx = [min((x for t in inst.stages_of(inst.placement[s])
-                       if (x := inst.overlap_factor(t, s)) is not None), default=1.0)
-                  for s in range(n)]
-            self._min_x = (tuple(min(1.0, x) for x in fx), tuple(min(1.0, x) for x in bx))
+            fx, bx = [1.0] * n, [1.0] * n
+            for d in range(inst.devices):
+                for a, b, x in self.pair_options(d):
+                    fx[a], bx[b] = min(fx[a], x), min(bx[b], x)
+            self._min_x = (tuple(fx), tuple(bx))
         else:
             self.min_duration = self.duration  # no pairs: a job lasts its duration
+        # stages whose W a pair may absorb (the unit's fused backward in a pair; whole units
+        # only, as the model pairs them): their Ws keep no microbatch order (``same_class_prev``)
+        self.absorbable = frozenset(
+            b for d in range(inst.devices) for _, b, _ in self.pair_options(d)
+        ) if self.overlap and self.segments == 1 else frozenset()
 
     @staticmethod
     def of(inst: Instance, ops: Iterable[Op]) -> TaskGraph:
@@ -440,12 +470,12 @@ class TaskGraph:
 
     def pair_options(self, device: int) -> Iterator[tuple[int, int, float]]:
         """(forward stage, backward stage, factor) of every overlapped pair the instance allows
-        on ``device``."""
+        on ``device`` and its memory limit can hold (``_pair_fits``)."""
         stages = self.inst.stages_of(device)
         for a in stages:
             for b in stages:
                 x = self.inst.overlap_factor(a, b)
-                if x is not None:
+                if x is not None and _pair_fits(self.inst, a, b):
                     yield a, b, x
 
     def job_duration(self, entry: Op | Pair) -> float:
@@ -612,9 +642,14 @@ class TaskGraph:
         With memory modes, two microbatches are interchangeable only when their units run the
         same modes on every stage (the previous such one is returned). In the open view (modes
         still to be chosen) only the chain's first forward keeps an order: whole microbatches,
-        modes and all, can be relabelled by when their first forward starts (docs/solver.md)."""
+        modes and all, can be relabelled by when their first forward starts (docs/solver.md).
+
+        A W that a pair may absorb keeps none: a pair's fused backward ties a unit's W to its
+        I, so the Ws follow their units' Is instead of their own order (the relabelling keeps
+        each W with its I). Sorted on their own, two replicas, p = 2, m = 4 under a limit lost
+        0.5 of the optimum (18.5 against 18, ``tests/test_bounds.py``)."""
         prev = op.mb - self.inst.replicas
-        if op.mb < 0 or prev < 0:
+        if op.mb < 0 or prev < 0 or (op[0] == W and op.stage in self.absorbable):
             return None
         if self.open:
             first = op[0] == F and op.stage == self.first[op.stage] and op.seg == 0

@@ -601,7 +601,7 @@ def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
     hint_sim = simulate(si, hint_sched)  # integer start times
     graph = TaskGraph(si)
     starts, pairs = _model_starts(hint_sched, hint_sim, options.symmetry,
-                                  si if graph.open else None)
+                                  si if graph.open else None, graph.absorbable)
     ub, horizon = None, None
     if hint_sim.feasible and options.objective == "makespan":
         ub = int(round(hint_sim.makespan))
@@ -612,11 +612,13 @@ def _model_hint(si: Instance, sched: Schedule, options: SolveOptions
 
 
 def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool,
-                  open_view: Instance | None = None) -> tuple[dict[Op, float], list[Pair]]:
+                  open_view: Instance | None = None, absorbable: frozenset[int] = frozenset()
+                  ) -> tuple[dict[Op, float], list[Pair]]:
     """The incumbent as the model sees it: every op's start in the split form (a pair's fused
     B becomes its I and W, both at the pair's start), and its pairs; relabelled into
     microbatch order when the model breaks that symmetry (``open_view``: the instance whose
-    memory modes the model chooses, where whole microbatches are relabelled)."""
+    memory modes the model chooses, where whole microbatches are relabelled; ``absorbable``:
+    the stages whose Ws keep their I's label, ``TaskGraph.absorbable``)."""
     starts = dict(sim.start)
     pairs = [e for row in sched.orders for e in row if isinstance(e, Pair)]
     for pair in pairs:
@@ -630,7 +632,7 @@ def _model_starts(sched: Schedule, sim: SimResult, symmetry: bool,
         return ({relabel[op]: t for op, t in starts.items()},
                 [Pair(relabel.get(p.first, p.first), relabel.get(p.second, p.second))
                  for p in pairs])
-    relabel = microbatch_relabelling(starts)
+    relabel = microbatch_relabelling(starts, absorbable)
     starts = {relabel[op]: t for op, t in starts.items()}
 
     def moved(op: Op) -> Op:

@@ -171,18 +171,20 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
        earlier F(t, j) -> F(s, j+L), whose proof was the first case alone.)
     """
     limit = inst.limit[d]
-    if (limit is None or inst.replicas != 1 or inst.segments != 1
-            or inst.overlap is not None or inst.offers_modes):
-        # The argument walks one chain of unsegmented solo units: with replicas a device's
-        # stages do not share microbatches, with segments a unit's memory is split over ops,
-        # a pair's forward starts with a backward that has not ended (the count at the
-        # forward's start was not redone for pair timing), and a recomputed or offloaded unit
-        # holds less than its activation between F and I.
+    if limit is None or inst.replicas != 1 or inst.segments != 1 or inst.offers_modes:
+        # The argument walks one chain of unsegmented units: with replicas a device's stages
+        # do not share microbatches, with segments a unit's memory is split over ops, and a
+        # recomputed or offloaded unit holds less than its activation between F and I. With
+        # overlapped pairs it holds as it is: it counts what the device holds as a forward
+        # starts, alone or in a pair, whose backward holds its unit until the pair ends.
         return []
     limit -= inst.resident(d)
     m = inst.microbatches
     stages = sorted(inst.stages_of(d))
     below = {s: sum(inst.activation[t] for t in stages if t <= s) for s in stages}
+    # the W edges read the Ws' microbatch order, which a stage whose W a pair may absorb does
+    # not keep (``TaskGraph.same_class_prev``)
+    absorbable = TaskGraph(inst).absorbable if inst.overlap is not None else frozenset()
 
     def lag(room: float, each: float) -> int:
         return int(math.floor(room / each + 1e-9)) + 1
@@ -192,7 +194,7 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
         for t in stages[i:]:
             room = limit - below[t]
             out.append(MemoryEdge("I", s, t, lag(room, below[s])))
-            if inst.weight[s] > 0:
+            if inst.weight[s] > 0 and s not in absorbable:
                 out.append(MemoryEdge("W", s, t, lag(room, inst.weight[s])))
             if t > s:
                 out.append(MemoryEdge("I", t, s, lag(room, below[s])))
@@ -647,14 +649,16 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
       hold different ops, and end >= h_I - min(X, h_I - h_F) + work + max(C - Y, 0).
     Exact enumeration for one stage, LP relaxations (still valid) for several. ``None`` where
     the limit is absent or never binds, or the device has more than ``max_stages`` stages.
+    With overlapped pairs work is the ``min_duration`` sum: no pair runs before h_I, a pair
+    lasts no longer than its two ops alone (Y) and frees its backward's unit as it ends.
     """
     out: list[float | None] = []
     m = inst.microbatches
-    if (inst.replicas != 1 or inst.segments != 1 or inst.overlap is not None
-            or inst.offers_modes):
-        # the argument walks one chain of unsegmented solo units, each holding its whole
-        # activation from F to I: a recomputed or offloaded unit holds less in between
+    if inst.replicas != 1 or inst.segments != 1 or inst.offers_modes:
+        # the argument walks one chain of unsegmented units, each holding its whole activation
+        # from F to I: a recomputed or offloaded unit holds less in between
         return [None] * inst.devices
+    graph = TaskGraph(inst)
     heads = unordered_heads_tails(inst).head
     for d in range(inst.devices):
         stages = sorted(inst.stages_of(d))
@@ -691,7 +695,7 @@ def memory_end_bounds(inst: Instance, max_stages: int = 4) -> list[float | None]
             # above the others: paired with item j it gives at most j alone
             y = _knapsack_lp([(mem, work) for mem, work, _ in states if work > 0], room, m - 1)
         y += inst.F[top] + full[1]
-        work = inst.device_work(d)
+        work = graph.device_min_work(d)
         out.append(h_i - min(x, h_i - h_f) + work + max(chain - y, 0.0))
     return out
 

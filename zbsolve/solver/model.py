@@ -376,21 +376,27 @@ class ScheduleModel:
             self.model.add_hint(d.var, value)
 
 
-def microbatch_relabelling(starts: Mapping[Op, float]) -> dict[Op, Op]:
+def microbatch_relabelling(starts: Mapping[Op, float],
+                           follow: frozenset[int] = frozenset()) -> dict[Op, Op]:
     """Relabel microbatches so each (kind, stage, segment) runs in microbatch order (same time
-    slots, the same microbatches of that stage): old op -> new op.
+    slots, the same microbatches of that stage): old op -> new op. The Ws of the stages in
+    ``follow`` (``TaskGraph.absorbable``) take their own unit's I's new label instead.
 
-    Valid for any feasible schedule (bounds.py, module docstring): used to make a hint agree
-    with the symmetry-breaking constraints.
+    Valid for any feasible schedule (docs/solver.md, "Symmetry breaking"): used to make a hint
+    agree with the symmetry-breaking constraints.
     """
     slots: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
     for op, t in starts.items():
-        slots.setdefault((op.kind, op.stage, op.seg), []).append((t, op.mb))
+        if not (op.kind == Kind.W and op.stage in follow):
+            slots.setdefault((op.kind, op.stage, op.seg), []).append((t, op.mb))
     out: dict[Op, Op] = {}
     for (kind, stage, seg), items in slots.items():
         mbs = sorted(mb for _, mb in items)
         for mb, (_, old) in zip(mbs, sorted(items)):
             out[Op(kind, stage, old, seg)] = Op(kind, stage, mb, seg)
+    for op in starts:
+        if op.kind == Kind.W and op.stage in follow:
+            out[op] = out[op._replace(kind=Kind.I)]._replace(kind=Kind.W)
     return out
 
 
@@ -745,7 +751,7 @@ class _Builder:
             if redundant:
                 model.add(e >= f + int(math.ceil(graph.device_min_work(d) - 1e-9)))
             if self.symmetry:
-                _add_memory_precedences(model, si, d, self.start, self.dur)
+                _add_memory_precedences(model, si, d, self.start, self.end)
             self.first.append(f)
             self.last.append(e)
             if not exact:
@@ -966,9 +972,10 @@ def _lifetime_intervals(model: cp_model.CpModel, graph: TaskGraph, d: int,
 
 
 def _add_memory_precedences(model: cp_model.CpModel, si: Instance, d: int,
-                            start: dict[Op, cp_model.IntVar], dur: dict[Op, int]) -> None:
-    """Redundant precedences implied by memory (valid with the microbatch-order symmetry)."""
+                            start: dict[Op, cp_model.IntVar],
+                            end: Callable[[Op], cp_model.LinearExprT]) -> None:
+    """Redundant precedences implied by memory (valid with the microbatch-order symmetry);
+    ``end``: an op's end (a variable where a pair may end it early)."""
     for e in memory_edges(si, d):
         for j in range(si.microbatches - e.lag):
-            src = Op(e.kind, e.source, j)
-            model.add(start[Op(Kind.F, e.stage, j + e.lag)] >= start[src] + dur[src])
+            model.add(start[Op(Kind.F, e.stage, j + e.lag)] >= end(Op(e.kind, e.source, j)))
