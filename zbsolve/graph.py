@@ -199,19 +199,21 @@ class TaskGraph:
         self._down = tuple(inst.hop(s - 1, s) if s > 0 else 0.0 for s in range(n))  # s-1 -> s
         self._up = tuple(inst.hop(s + 1, s) if s + 1 < n else 0.0 for s in range(n))  # s+1 -> s
         self.overlap = inst.overlap is not None
+        # stages whose W a pair may absorb (the unit's fused backward in a pair; whole units
+        # only, as the model pairs them): their Ws keep no microbatch order (``same_class_prev``)
+        self.absorbable: frozenset[int] = frozenset()
         if self.overlap:  # the smallest pair factor each stage can run under, as F / as backward
             fx, bx = [1.0] * n, [1.0] * n
+            backward: set[int] = set()
             for d in range(inst.devices):
                 for a, b, x in self.pair_options(d):
                     fx[a], bx[b] = min(fx[a], x), min(bx[b], x)
+                    backward.add(b)
             self._min_x = (tuple(fx), tuple(bx))
+            if self.segments == 1:
+                self.absorbable = frozenset(backward)
         else:
             self.min_duration = self.duration  # no pairs: a job lasts its duration
-        # stages whose W a pair may absorb (the unit's fused backward in a pair; whole units
-        # only, as the model pairs them): their Ws keep no microbatch order (``same_class_prev``)
-        self.absorbable = frozenset(
-            b for d in range(inst.devices) for _, b, _ in self.pair_options(d)
-        ) if self.overlap and self.segments == 1 else frozenset()
 
     @staticmethod
     def of(inst: Instance, ops: Iterable[Op]) -> TaskGraph:
