@@ -17,7 +17,7 @@ import sys
 
 from zbsolve.bench_bidirectional import _two_replicas, _v, at_own_peak
 from zbsolve.graph import TaskGraph
-from zbsolve.instance import Instance
+from zbsolve.instance import Instance, InstanceError
 from zbsolve.solver.api import SolveOptions, solve
 from zbsolve.solver.bounds import analytic_bound, min_memory_limit
 
@@ -55,9 +55,12 @@ def main(argv: list[str]) -> None:
     if not (seconds > 0 and math.isfinite(seconds)) or any(
             f not in ("dualpipe", "dualpipev") or not 0 <= x <= 1 for f, _, _, x in specs):
         sys.exit(USAGE)
-    for family, p, m, frac in specs:
-        r = solve(instance(family, p, m, frac),
-                  SolveOptions(time_limit=seconds, objective="makespan"))
+    try:  # every instance before the first solve: a bad size stops nothing half-way
+        instances = [instance(*spec) for spec in specs]
+    except (InstanceError, ValueError) as err:
+        sys.exit(f"{USAGE}: {err}")
+    for (family, p, m, frac), inst in zip(specs, instances):
+        r = solve(inst, SolveOptions(time_limit=seconds, objective="makespan"))
         proof = r.schedule.meta["solver"].get("proof_time")
         print(f"{family:9s} p{p} m{m:<3d} frac {frac:4.2f} {r.status:8s} {r.objective_value:9.2f} "
               f"bound {r.lower_bound:9.2f} analytic {r.analytic_bound:9.2f} gap "
