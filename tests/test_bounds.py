@@ -303,13 +303,13 @@ V_PAIRS = {"devices": 2, "microbatches": 2, "chunks": 2, "placement": "v",
            "times": {"F": 2, "I": 2, "W": 2}, "overlap": {"FB": 0.5}}
 
 
-def blind_solve(inst, objective, ordered=False):
-    """CP-SAT's proven optimum of the unreduced model, built without the heads and tails it
-    otherwise takes as its start domains: the oracle for a test of the heads and tails
-    themselves. Returns the optimum and every op's start and end in it. ``ordered``: with
-    the microbatch order, but still without the memory edges (which that model adds). Every
-    pair the instance allows gets its variable, whether or not ``graph._pair_fits`` says the
-    memory can hold it: the model's memory decides."""
+def blind_model(inst, objective, ordered=False):
+    """The unreduced model, built without the heads and tails it otherwise takes as its start
+    domains: the oracle for a test of the heads and tails themselves (and of everything else
+    the solver proves: results/audit/claims.py). ``ordered``: with the microbatch order, but
+    still without the memory edges (which that model adds). Every pair the instance allows
+    gets its variable, whether or not ``graph._pair_fits`` says the memory can hold it: the
+    model's memory decides."""
     keep = bounds.heads_tails
 
     def zero(*args, **kw):
@@ -319,7 +319,12 @@ def blind_solve(inst, objective, ordered=False):
     with (mock.patch.object(model_module, "heads_tails", zero),
           mock.patch.object(model_module, "_add_memory_precedences", lambda *a: None),
           mock.patch.object(graph_module, "_pair_fits", lambda *a: True)):
-        sm = build_model(inst, objective, **{**UNREDUCED, "symmetry": ordered})
+        return build_model(inst, objective, **{**UNREDUCED, "symmetry": ordered})
+
+
+def blind_solve(inst, objective, ordered=False):
+    """CP-SAT's proven optimum of ``blind_model``, and every op's start and end in it."""
+    sm = blind_model(inst, objective, ordered)
     solver, unit = proven(sm), sm.scale.time
     return (solver.objective_value / unit,
             {op: solver.value(v) / unit for op, v in sm.start.items()},

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Callable
+
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
@@ -49,12 +53,50 @@ def v_shape_stages(inst: Instance, name: str) -> list[tuple[int, int]]:
     for d in range(p):
         stages = sorted(inst.stages_of(d))
         require(
-            len(stages) == 2 and stages[0] + stages[1] == 2 * p - 1,
+            stages == [d, 2 * p - 1 - d],
             name,
             "needs the V placement (device r holds stages r and 2p-1-r); use placement: v",
         )
         pairs.append((stages[0], stages[1]))
     return pairs
+
+
+def renumbered_v(generate: Callable[[Instance], Schedule]) -> Callable[[Instance], Schedule]:
+    """A V family that also runs on a V whose devices are numbered otherwise.
+
+    The V families are written for device r holding stages r and 2p-1-r. An explicit
+    placement where some other device holds both (say [1, 0, 0, 1]) is the same pipeline
+    under another numbering of the devices: only the per-device limits follow the devices.
+    So the family runs on the V numbering, and each device gets the row of the V device it
+    plays. Without this the families read such a placement as theirs and crashed or wrote
+    rows for the wrong devices.
+    """
+    @functools.wraps(generate)
+    def run(inst: Instance) -> Schedule:
+        played = _v_players(inst)
+        if played is None:
+            return generate(inst)  # the V numbering already, or no V: the family decides
+        limited = any(x is not None for x in inst.limit)
+        limit = [inst.limit[d] for d in played] if limited else None
+        sched = generate(inst.with_(placement="v", limit=limit))
+        orders: list[list] = [[] for _ in played]
+        for r, d in enumerate(played):
+            orders[d] = sched.orders[r]
+        return dataclasses.replace(sched, orders=orders)
+    return run
+
+
+def _v_players(inst: Instance) -> tuple[int, ...] | None:
+    """For a V with renumbered devices: the device that plays V device r, for each r (it
+    holds stages r and 2p-1-r). None for the V numbering itself and for what is no V."""
+    p, placement = inst.devices, inst.placement
+    if inst.chunks != 2 or inst.replicas != 1 or len(placement) != 2 * p:
+        return None
+    played = tuple(placement[:p])
+    if (played == tuple(range(p)) or sorted(played) != list(range(p))
+            or any(placement[2 * p - 1 - r] != d for r, d in enumerate(played))):
+        return None
+    return played
 
 
 def make(inst: Instance, name: str, orders: list[list[Op]]) -> Schedule:

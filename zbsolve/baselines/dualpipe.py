@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zbsolve.baselines.common import make, require, v_shape_stages
+from zbsolve.baselines.common import make, renumbered_v, require, v_shape_stages
 from zbsolve.instance import Instance
 from zbsolve.ops import Entry, Op, Pair
 from zbsolve.schedule import Schedule
@@ -123,6 +123,7 @@ def phase_program(inst: Instance, r: int, p: int, m: int, stages: tuple[int, int
     return k.order
 
 
+@renumbered_v
 def dualpipev(inst: Instance) -> Schedule:
     """DualPipeV on p ranks (V placement, 2 chunks); F&B pairs overlapped where allowed."""
     require(inst.replicas == 1, "dualpipev", "needs one model replica (replicas: 1); the "

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from zbsolve.baselines.common import make, one_replica, require, v_shape_stages
+from zbsolve.baselines.common import make, one_replica, renumbered_v, require, v_shape_stages
 from zbsolve.instance import Instance, placement_for
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
@@ -162,6 +162,7 @@ def _zbv_rank(p: int, m: int, r: int, chunk0: int, chunk1: int) -> list[Op]:
     return [op for op in order if op.mb < m]
 
 
+@renumbered_v
 def torch_zbv(inst: Instance) -> Schedule:
     """torch's ScheduleZBVZeroBubble (module docstring)."""
     name = "torch-zbv"

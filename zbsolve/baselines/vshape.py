@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from zbsolve.baselines import zbv
-from zbsolve.baselines.common import NotApplicable, make, v_shape_stages
+from zbsolve.baselines.common import NotApplicable, make, renumbered_v, v_shape_stages
 from zbsolve.graph import TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Op
@@ -391,6 +391,7 @@ def _best_of(inst: Instance, name: str, plans: list[VPlan], by_span: bool,
     return min(scored, key=lambda x: x[:2])[2]
 
 
+@renumbered_v
 def one_f_one_b_v(inst: Instance) -> Schedule:
     """1F1B on the V with full backward B ops, at the 1F1B peak of 2p chunk activations.
 
@@ -417,6 +418,7 @@ def _greedy_zb_v_plans(inst: Instance) -> list[VPlan]:
             for returning, slack in ((False, 0.25), (False, 0.0), (True, 0.5), (True, 0.25))]
 
 
+@renumbered_v
 def zb_v(inst: Instance) -> Schedule:
     """ZB-V: I/W split on the V, W's fill the waits, at the 1F1B peak (2p chunk activations).
 
@@ -447,11 +449,13 @@ def _from_block(inst: Instance, family: str) -> Schedule:
     return make(inst, family, _greedy(inst, plan))
 
 
+@renumbered_v
 def v_min(inst: Instance) -> Schedule:
     """V-Min: about 1/3 of the 1F1B activation memory (2*floor((p+4)/3) chunk activations)."""
     return _from_block(inst, "v-min")
 
 
+@renumbered_v
 def v_half(inst: Instance) -> Schedule:
     """V-Half: about half of the 1F1B activation memory (2*floor((p+2)/2) chunk activations)."""
     return _from_block(inst, "v-half")
