@@ -611,3 +611,25 @@ def test_dump_refuses_a_table_that_can_deadlock(tmp_path):
     assert not (tmp_path / "naive.json").exists()
     naive.dump(tmp_path / "naive.json", check=False)  # explicit opt-out, e.g. for a bug report
     assert load_table(tmp_path / "naive.json") == naive
+
+
+@pytest.mark.parametrize("name", ["1f1b-offload", "1f1b-recompute"])
+def test_chrome_trace_draws_memory_mode_jobs_and_gives_copies_their_own_track(name):
+    # the trace once knew only F, I, W and B and raised KeyError on a recompute or a copy
+    inst = INSTANCES[7]  # recompute and offload offered, under a limit that needs them
+    sched = generate(name, inst)
+    sim = simulate(inst, sched)
+    slices = [e for e in trace_events(inst, sched)["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == len(sched)
+    copies = [e for e in slices if e["args"]["kind"] in ("O", "L")]
+    mode_kind = "O" if name == "1f1b-offload" else "R"
+    assert any(e["args"]["kind"] == mode_kind for e in slices)
+    assert bool(copies) == (name == "1f1b-offload")
+    for e in slices:  # a copy on its device's copy track, p + device; the rest on the device's
+        op = Op(e["args"]["kind"], e["args"]["stage"], e["args"]["microbatch"])
+        device = inst.placement[op.stage]
+        assert e["tid"] == device + (inst.p if e in copies else 0)
+        assert e["ts"] == sim.start[op] * 1000
+    for tid in {e["tid"] for e in slices}:  # no two events of a track overlap
+        row = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["tid"] == tid)
+        assert all(b[0] >= a[1] - 1e-6 for a, b in zip(row, row[1:]))

@@ -96,7 +96,7 @@ def test_chunk_shades_differ():
     bars = _bars(timeline_figure(inst, sched))
     colors = {tuple(round(c, 3) for c in b.get_facecolor()[:3]) for b in bars}
     assert len(colors) == 4  # F and B, two chunks each
-    assert len(KIND_COLORS) == 4
+    assert len(set(KIND_COLORS.values())) == len(KIND_COLORS)  # every kind its own colour
 
 
 @pytest.mark.parametrize("path", [P4, P8])
@@ -189,3 +189,27 @@ def test_memory_is_labelled_with_the_instance_unit():
     plain = load_instance(P4)
     fig = timeline_figure(plain, generate("1f1b", plain))
     assert fig.axes[1].get_title(loc="left").startswith("memory per device (peak/limit")
+
+
+@pytest.mark.parametrize("name", ["1f1b-offload", "1f1b-recompute"])
+def test_memory_mode_jobs_are_drawn_and_copies_sit_under_their_device(name):
+    # the chart once knew only F, I, W and B and raised KeyError on a recompute or a copy
+    inst = load_instance({"devices": 4, "microbatches": 8, "times": {"F": 1, "I": 1.2, "W": 0.7},
+                          "comm": 0.3, "recompute": {"R": 1.0, "kept": 0.1},
+                          "offload": {"d2h": 0.3},
+                          "memory": {"activation": 1.0, "weight": 0.4, "limit": 3.5}})
+    sched = generate(name, inst)
+    sim = simulate(inst, sched)
+    fig = timeline_figure(inst, sched)
+    bars = _bars(fig)
+    assert len(bars) == len(sched)
+    copies = [op for op in sched.ops() if op.kind in ("O", "L")]
+    assert bool(copies) == (name == "1f1b-offload")
+    for op in copies:  # a thin bar in the gap under its device's row of compute bars
+        y = inst.p - 1 - inst.placement[op.stage]
+        assert len([b for b in bars if b.get_x() == sim.start[op]
+                    and y - 0.6 < b.get_y() < y - 0.4]) == 1
+    labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    kinds = {"1f1b-offload": {"O copy out (copy stream)", "L load back (copy stream)"},
+             "1f1b-recompute": {"R recompute"}}[name]
+    assert kinds <= labels

@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.instance import Instance, memory_unit_label
+from zbsolve.modes import COPY_KINDS
 from zbsolve.ops import Pair, ops_of
 from zbsolve.schedule import Schedule
 
-KIND_COLORS = {"F": "#3b7dd8", "I": "#e8833a", "W": "#4aa564", "B": "#8e5cc2"}
+KIND_COLORS = {"F": "#3b7dd8", "I": "#e8833a", "W": "#4aa564", "B": "#8e5cc2",
+               "R": "#c9a227", "RS": "#e3cf7a", "O": "#7f7f7f", "L": "#3f3f3f"}
 KIND_LABELS = {"F": "F forward", "I": "I input backward", "W": "W weight backward",
-               "B": "B full backward"}
+               "B": "B full backward", "R": "R recompute", "RS": "RS selective recompute",
+               "O": "O copy out (copy stream)", "L": "L load back (copy stream)"}
+_COPY_H = 0.16  # a copy-stream bar, in device rows: in the gap under its device's bars
 SEND_COLOR, RECV_COLOR = "#222222", "#c0392b"
 MAX_WIDTH = 40.0  # inches: wider than this a PNG stops being a picture one can look at
 _AXIS_LEFT, _AXIS_RIGHT = 0.07, 0.985  # the axes' horizontal extent, as a share of the width
@@ -110,10 +114,13 @@ def timeline_figure(
         y = p - 1 - d
         for op, half in ((o, k if isinstance(e, Pair) else None) for e in order
                          for k, o in enumerate(ops_of(e))):
-            # an overlapped pair is one job: its forward on the upper half, its backward below
+            # an overlapped pair is one job: its forward on the upper half, its backward below;
+            # an offload copy runs beside the compute, on the copy stream: a thin bar under it
             t0, t1 = result.start[op], result.end[op]
             h = bar_h if half is None else bar_h / 2
             y0 = y - bar_h / 2 if half in (None, 1) else y
+            if op.kind in COPY_KINDS:
+                h, y0 = _COPY_H, y - bar_h / 2 - _COPY_H - 0.01
             kinds_seen.add(op.kind)
             color = _shade(KIND_COLORS[op.kind], chunk_of[op.stage], len(stages))
             boxes.append(((t0, y0), (t0, y0 + h), (t1, y0 + h), (t1, y0)))
@@ -144,7 +151,7 @@ def timeline_figure(
     ax.set_yticklabels([f"device {d}" for d in reversed(range(p))], fontsize=8)
     ax.tick_params(axis="x", labelbottom=False, labelsize=8)
     ax.grid(axis="x", linestyle=":", linewidth=0.5, alpha=0.6)
-    handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in "FIWB"
+    handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS
                if k in kinds_seen]
     if inst.chunks > 1:
         handles.append(Patch(facecolor=_shade("#777777", 1, 2), label="lighter = later chunk"))

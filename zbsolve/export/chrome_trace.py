@@ -1,7 +1,9 @@
 """Chrome / Perfetto trace JSON of a simulated schedule (open in ui.perfetto.dev or chrome://tracing).
 
 One process "zbsolve <schedule>", one thread track per device (tid = device), one complete
-("X") event per op, and one counter ("C") track per device with its memory curve. Trace
+("X") event per op, and one counter ("C") track per device with its memory curve. Offload
+copies run beside the compute, on the device's copy stream: they get a track of their own
+(tid = p + device), so no two events of a track overlap. Trace
 timestamps are microseconds; instance times are multiplied by ``scale`` (default 1000, i.e. the
 instance unit is read as milliseconds, as in the reference instances). The exact predicted
 times are kept in each event's args.
@@ -14,10 +16,12 @@ from typing import Any
 
 from zbsolve.instance import Instance
 from zbsolve.io import write_json
+from zbsolve.modes import COPY_KINDS
 from zbsolve.ops import ops_of
 from zbsolve.schedule import Schedule
 
-KIND_NAMES = {"F": "forward", "I": "backward-input", "W": "backward-weight", "B": "full-backward"}
+KIND_NAMES = {"F": "forward", "I": "backward-input", "W": "backward-weight", "B": "full-backward",
+              "R": "recompute", "RS": "selective-recompute", "O": "copy-out", "L": "load-back"}
 
 
 def trace_events(
@@ -36,17 +40,22 @@ def trace_events(
         {"ph": "M", "pid": pid, "name": "process_name",
          "args": {"name": f"zbsolve {sched.name} on {inst.name}"}},
     ]
-    for d in range(inst.devices):
-        events.append({"ph": "M", "pid": pid, "tid": d, "name": "thread_name",
-                       "args": {"name": f"device {d}"}})
-        events.append({"ph": "M", "pid": pid, "tid": d, "name": "thread_sort_index",
-                       "args": {"sort_index": d}})
+    p = inst.devices
+    copies = any(op.kind in COPY_KINDS for op in sched.ops())
+    for d in range(p):
+        for tid, name in [(d, f"device {d}")] + ([(p + d, f"device {d} copies")] if copies
+                                                  else []):
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                           "args": {"name": name}})
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+                           "args": {"sort_index": 2 * d + (tid >= p)}})
     for d, order in enumerate(sched.orders):
         chunks = {s: c for c, s in enumerate(inst.stages_of(d))}
         for op in (o for e in order for o in ops_of(e)):
             t0, t1 = result.start[op], result.end[op]
             events.append({
-                "ph": "X", "pid": pid, "tid": d, "name": str(op), "cat": KIND_NAMES[op.kind],
+                "ph": "X", "pid": pid, "tid": p + d if op.kind in COPY_KINDS else d,
+                "name": str(op), "cat": KIND_NAMES[op.kind],
                 "ts": t0 * scale, "dur": (t1 - t0) * scale,
                 "args": {"stage": op.stage, "chunk": chunks[op.stage], "microbatch": op.mb,
                          "kind": op.kind, "start": t0, "end": t1},
