@@ -633,3 +633,20 @@ def test_chrome_trace_draws_memory_mode_jobs_and_gives_copies_their_own_track(na
     for tid in {e["tid"] for e in slices}:  # no two events of a track overlap
         row = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["tid"] == tid)
         assert all(b[0] >= a[1] - 1e-6 for a, b in zip(row, row[1:]))
+
+
+def test_torchtitan_config_reads_the_ops_inside_overlapped_pairs():
+    # it once asked every entry for its kind and raised AttributeError on a Pair met before
+    # any I or W: here one device runs a V with fused backwards, one of them in a pair
+    from zbsolve.export.torchtitan import torchtitan_config
+    from zbsolve.ops import parse_op
+
+    inst = load_instance({"devices": 1, "microbatches": 2, "chunks": 2, "placement": "v",
+                          "times": {"F": 1, "I": 1, "W": 1}, "overlap": {"FB": 0.5}})
+    row = [parse_op(t) for t in ("0F0", "1F0")] + [Pair(parse_op("0F1"), parse_op("1B0"))]
+    row += [parse_op(t) for t in ("0B0", "1F1", "1B1", "0B1")]
+    sched = Schedule([row])
+    assert simulate(inst, sched).feasible
+    cfg = torchtitan_config(inst, sched, [2, 2])
+    # one device: the V is a loop as well; no I or W anywhere, so the backward is not split
+    assert cfg["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"

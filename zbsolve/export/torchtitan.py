@@ -83,7 +83,7 @@ def torchtitan_config(inst, sched, split: list[int], *, layer_names: list[str] |
     if isinstance(microbatch_size, bool) or not isinstance(microbatch_size, int) or microbatch_size < 1:
         raise TorchtitanExportError(f"microbatch_size: expected an integer >= 1, got "
                                     f"{microbatch_size!r}")
-    split_bw = any(op.kind in ("I", "W") for order in sched.orders for op in order)
+    split_bw = any(op.kind in ("I", "W") for op in sched.ops())  # inside pairs too
     try:
         name = runtime_name(inst.placement, inst.p, inst.v, split_backward=split_bw)
     except ValueError as exc:
