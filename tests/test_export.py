@@ -650,3 +650,16 @@ def test_torchtitan_config_reads_the_ops_inside_overlapped_pairs():
     cfg = torchtitan_config(inst, sched, [2, 2])
     # one device: the V is a loop as well; no I or W anywhere, so the backward is not split
     assert cfg["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+
+
+@pytest.mark.parametrize("case, reason", [(6, "two replicas"), (7, "memory modes"),
+                                          (8, "sequence segments")])
+def test_torchtitan_refuses_what_torch_cannot_run_with_the_reason(case, reason):
+    # two replicas were refused for their placement ("place stages in a loop"), memory modes
+    # and segments as "--format torch-csv"; each now names its own reason, as torchtitan's
+    from zbsolve.export.torchtitan import TorchtitanExportError, torchtitan_config
+
+    inst = INSTANCES[case]
+    name = {6: "chimera", 7: "1f1b-recompute", 8: "seq1f1b"}[case]
+    with pytest.raises(TorchtitanExportError, match=f"^torchtitan: .*{reason}"):
+        torchtitan_config(inst, generate(name, inst), [2] * inst.stages)

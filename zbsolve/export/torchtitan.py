@@ -77,6 +77,11 @@ def torchtitan_config(inst, sched, split: list[int], *, layer_names: list[str] |
     """The torchtitan config keys for this schedule and split, nested by section
     (``config["parallelism"]["pipeline_parallel_degree"]``; :func:`flat_keys` gives the dotted
     names). ``csv_path`` is the value written for ``pipeline_parallel_schedule_csv``."""
+    from zbsolve.export.torch_csv import torch_refusal, torch_schedule_refusal
+
+    why = torch_refusal(inst) or torch_schedule_refusal(sched)  # before the placement's name
+    if why:
+        raise TorchtitanExportError(f"torchtitan: {why}")
     if len(split) != inst.stages:
         raise TorchtitanExportError(f"split {split}: {len(split)} stages, the schedule has "
                                     f"{inst.stages} (devices x chunks); pass one count per stage")
