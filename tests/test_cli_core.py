@@ -95,3 +95,20 @@ def test_solve_start_is_a_floor_and_a_bad_start_is_refused(tmp_path, capsys):
     load_instance(default).with_(limit=(5.0,) * 8).dump(tight)
     assert main(["solve", str(tight), "--start", str(start)]) == 2
     assert "exceeds the memory limit of" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(monkeypatch, capsys):
+    # `zbsolve baselines X --json | head` once ended in two BrokenPipeError tracebacks: the
+    # handler for OSError tried to print its one line to the same closed pipe
+    import sys
+
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main(["baselines", TEACHING, "--json"]) == 141
+    assert capsys.readouterr().err == ""

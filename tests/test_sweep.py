@@ -125,6 +125,10 @@ def test_reference_peak_is_the_one_chunk_1f1b_peak():
     assert reference_peak(tiny()) == 3.0
     # two chunks of activation 1 are one stage of activation 2: 1F1B holds 4 of them
     assert reference_peak(make_instance(p=4, m=8, v=2, placement="v")) == 8.0
+    # 1F1B runs one model: two replicas have no such peak (the sweep once answered with
+    # 1F1B's own refusal, which names no sweep option)
+    with pytest.raises(InstanceError, match="with 2 replicas give --absolute limits"):
+        reference_peak(make_instance(p=2, m=4, replicas=2))
 
 
 # ------------------------------------------------------------------ fronts and queries

@@ -170,6 +170,7 @@ def fmt_list(values: list, digits: int = 3) -> str:
 
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader went away (``zbsolve ... | head``)
 
 
 def report_error(args: argparse.Namespace, message: str) -> None:
@@ -185,10 +186,14 @@ def run_handler(args: argparse.Namespace) -> int:
     """Turn expected user errors into one clear line and exit code 2, not a traceback.
 
     Also one line: a file the system refuses to read or write (a full disk, a permission) and
-    Ctrl-C (exit 130; every write is atomic, so nothing half-written is left behind).
+    Ctrl-C (exit 130; every write is atomic, so nothing half-written is left behind). A reader
+    that stops reading (``| head``) ends the command quietly, as it does any Unix tool.
     """
     try:
         return int(args.handler(args) or 0)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except (InstanceError, ScheduleError, FileNotFoundError, ValueError) as exc:
         report_error(args, _one_line(exc))
         return 2
@@ -199,6 +204,18 @@ def run_handler(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         report_error(args, "interrupted")
         return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: Python flushes it again at exit, and that write would
+    raise BrokenPipeError once more, outside any handler."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
 
 
 def _one_line(exc: BaseException) -> str:

@@ -164,6 +164,11 @@ def reference_peak(inst: Instance) -> float:
     from zbsolve.baselines import generate
     from zbsolve.simulate import simulate
 
+    if inst.replicas > 1:
+        raise InstanceError(
+            "replicas: fractions of the 1F1B peak need one model replica (1F1B runs one); with "
+            f"{inst.replicas} replicas give --absolute limits"
+        )
     if inst.placement_kind != "explicit":
         base = relayout(inst, Layout(1, "loop"))
     else:
