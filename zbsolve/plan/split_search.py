@@ -280,7 +280,9 @@ def _min_bound_model(prob: SplitProblem, time_limit: float, seed: int,
     solver.parameters.max_time_in_seconds = max(time_limit, 0.1)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
-    code = solver.solve(model)
+    from zbsolve.solver.cpsat import run  # past OR-Tools' presolve crash on some hints
+
+    code = run(solver, model)
     if code == cp_model.INFEASIBLE:
         # a known split satisfies the (rounded-down) model, so this means no split fits
         return (math.inf, None) if start[1] is None else (0.0, start[1])

@@ -661,7 +661,7 @@ def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=Non
     ``checkpoint`` = (wall seconds, predicate): at that moment the search stops if the
     predicate holds (the relaxation phase then takes over, ``_solve_exact``).
     ``bound_search``: the full-problem worker searches the lower bound (``BOUND_SEARCH_PARAMS``)."""
-    from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS, EXACT_MODEL_PARAMS, new_solver
+    from zbsolve.solver.cpsat import BOUND_SEARCH_PARAMS, EXACT_MODEL_PARAMS, new_solver, run
 
     search = BOUND_SEARCH_PARAMS if bound_search else {}
     # the caller's seconds were counted before it built the model, which takes wall time too
@@ -681,7 +681,7 @@ def _run(sm, options: SolveOptions, budget: Budget, seconds: float, callback=Non
         timer.daemon = True
         timer.start()
     try:
-        code = solver.solve(sm.model, callback) if callback is not None else solver.solve(sm.model)
+        code = run(solver, sm.model, callback)
     finally:
         if timer is not None:
             timer.cancel()

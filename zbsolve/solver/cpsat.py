@@ -57,3 +57,24 @@ def new_solver(seconds: float, *, workers: int, seed: int, deterministic: bool =
         else:
             setattr(prm, key, value)
     return solver
+
+
+def run(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> int:
+    """``solver.solve(model)``, past a crash of OR-Tools 9.15's presolve on some hints.
+
+    With a solution hint, presolve may raise ``IndexError: absl::btree_map::at`` (C++'s
+    ``std::out_of_range`` from ``SolutionCrush``; google/or-tools#5288, open), even for a
+    complete hint that is a feasible solution: it happened to a 3-device, two-replica model
+    with step jobs (``tests/data/ortools-5288-model.pb.txt.gz``). Then the run is made again
+    without the hint. The hint's schedule is not lost: every caller keeps its own incumbent.
+    """
+    def once() -> int:
+        return solver.solve(model, callback) if callback is not None else solver.solve(model)
+
+    try:
+        return once()
+    except IndexError:
+        if not len(model.proto.solution_hint.vars):
+            raise
+    model.clear_hints()
+    return once()

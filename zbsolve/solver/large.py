@@ -259,11 +259,11 @@ def _solve_window(
         model.add_hint(reach[e], inc_reach[e])
     model.add_hint(z, max(r - f for r, f in zip(inc_reach, lead)))
     model.minimize(len(terms) * z + sum(terms))
-    from zbsolve.solver.cpsat import new_solver
+    from zbsolve.solver.cpsat import new_solver, run
 
     solver = new_solver(max(time_limit, 0.05), workers=cfg.workers, seed=cfg.seed,
                         deterministic=cfg.deterministic)
-    code = solver.solve(model)
+    code = run(solver, model)
     dtime, wall = solver.deterministic_time, solver.wall_time
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, False, len(win), dtime, wall

@@ -24,7 +24,8 @@ For the other solvers (large-neighbourhood search, decomposition)
 - ``order``: sequences of ops whose relative order is kept (each consecutive pair becomes a
   precedence); pass a device's order to keep its sequence but let the times float.
 - ``hint``: {op: start}, complete or partial (e.g. the incumbent).
-Then ``solver.solve(sm.model)`` and ``sm.starts(solver)`` / ``sm.orders(starts)``.
+Then ``cpsat.run(solver, sm.model)`` (``solver.solve``, past an OR-Tools crash) and
+``sm.starts(solver)`` / ``sm.orders(starts)``.
 """
 
 from __future__ import annotations

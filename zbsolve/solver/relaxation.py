@@ -106,7 +106,7 @@ def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
     No hint, upper bound or horizon from a known schedule, though each would keep the bound
     valid: each kept CP-SAT from proving random-01's device-0 relaxation (1398 in 9 s
     without; 1243-1275 after 10 s with one, docs/solver.md)."""
-    from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver
+    from zbsolve.solver.cpsat import EXACT_MODEL_PARAMS, new_solver, run
 
     others = [d for d in range(inst.devices) if d != device and d not in also]
     pm = projected.build(inst, objective, (device, *also), scale=scale, symmetry=symmetry,
@@ -116,7 +116,7 @@ def relax_device(inst: Instance, objective: str, device: int, seconds: float, *,
         relaxed=others, lower_bound=lower_bound)
     solver = new_solver(seconds, workers=workers, seed=seed, deterministic=deterministic,
                         extra={**EXACT_MODEL_PARAMS, **(params or {})})
-    code = solver.solve(sm.model if pm is None else pm.model)
+    code = run(solver, sm.model if pm is None else pm.model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         # infeasible (only where rounded memory makes the model stricter than the instance) or
         # an invalid model: nothing learnt, the caller's bound stands
