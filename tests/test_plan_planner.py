@@ -132,3 +132,20 @@ def test_missing_size_flag_is_named(capsys, tmp_path):
     i = FLAGS.index("--vocab")
     assert main(["plan", *FLAGS[:i], *FLAGS[i + 2:], "-o", str(tmp_path)]) == 2
     assert "--vocab: required with --hf llama" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("interrupted, search, solve, says", [
+    (True, {"skipped": 9}, {}, "interrupted before any schedule"),
+    (False, {"skipped": 9}, {"skipped": 18}, "ran out before any split was solved (27 "),
+    (False, {"ok": 9}, {"ok": 0, "timeout": 2}, "ran out before any split was solved (2 "),
+    (False, {"ok": 9}, {"ok": 4}, "no schedule fits: every split evaluated is infeasible"),
+])
+def test_no_plan_says_why(interrupted, search, solve, says):
+    # a limit that ran out before anything was solved was once reported as "no schedule fits"
+    from types import SimpleNamespace
+
+    from zbsolve.plan.report import _no_plan
+
+    result = SimpleNamespace(interrupted=interrupted, fanout={"search": search, "solve": solve},
+                             config=SimpleNamespace(time_limit=3.0))
+    assert says in _no_plan(result)

@@ -131,6 +131,21 @@ def case_rows(result: PlanResult) -> list[dict[str, Any]]:
     return rows
 
 
+def _no_plan(result: PlanResult) -> str:
+    """Why there is no plan: an interrupt, a limit that ran out before any split was solved,
+    or splits solved and none fitting (only then is "no schedule fits" true)."""
+    if result.interrupted:
+        return "interrupted before any schedule was found"
+    counts = {stage: result.fanout.get(stage) or {} for stage in ("search", "solve")}
+    if not counts["solve"].get("ok"):
+        left = sum(c.get("skipped", 0) + c.get("timeout", 0) for c in counts.values())
+        if left:
+            return (f"the --time-limit of {result.config.time_limit:g} s ran out before any "
+                    f"split was solved ({left} searches and solves skipped or timed out); "
+                    "give a longer --time-limit")
+    return "no schedule fits: every split evaluated is infeasible or failed"
+
+
 def plan_dict(result: PlanResult, files: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``--json`` object."""
     cfg = result.config
@@ -145,9 +160,7 @@ def plan_dict(result: PlanResult, files: dict[str, str] | None = None) -> dict[s
     }
     if result.best is None:
         out.update(split=None, schedule=None, step_time_ms=None, peak_gb=None,
-                   tokens_per_s=None, torchtitan=None, megatron=None,
-                   error="interrupted before any schedule was found" if result.interrupted
-                   else "no schedule fits: every split evaluated is infeasible or failed")
+                   tokens_per_s=None, torchtitan=None, megatron=None, error=_no_plan(result))
         return out
     case, res = result.best
     lower = result.lower_bound
