@@ -4,8 +4,10 @@ Draw k of seed S uses ``random.Random(S * 100003 + k)``: devices 2-3 and 2-4 mic
 (above ``SMALL_OPS`` ops allowed: up to 4 devices and 8 microbatches), one or two chunks (V,
 loop or explicit), one or two replicas, overlapped forward/backward pairs, recompute and
 offload, step jobs, sequence segments, comm, resident parameters, and (four draws in five) a
-memory limit from the least feasible one up, each feature drawn on its own. What
-``load_instance`` refuses, or what has more ops than allowed, is drawn again.
+memory limit from the least feasible one up, each feature drawn on its own; then their
+variants: selective recompute, part of the activation offloaded, a second copy stream,
+slower loads, the replicas' gradient all-reduce, per-stage step times, unequal segments.
+What ``load_instance`` refuses, or what has more ops than allowed, is drawn again.
 """
 
 from __future__ import annotations
@@ -52,6 +54,19 @@ def draw(rng: random.Random, larger: bool) -> dict:
                         "check": rng.choice([0, 0.5])}
     if rng.random() < 0.2:
         data["segments"] = 2
+    # the variants, drawn last so that the features above stay as they were drawn before
+    if "recompute" in data and rng.random() < 0.4:
+        data["recompute"].update(R_selective=rng.choice([0.5, 1]),
+                                 kept_selective=[a * 0.5 for a in act])
+    if "offload" in data and rng.random() < 0.5:
+        data["offload"].update(fraction=rng.choice([0.5, 1.0]), streams=rng.choice([1, 2]),
+                               h2d=rng.choice([0.5, 1.0, 2.0]))
+    if data["replicas"] == 2 and rng.random() < 0.5:
+        data["sync"] = rng.choice([0.5, 1.0])
+    if "step" in data and rng.random() < 0.4:
+        data["step"]["optimizer"] = [rng.choice([0.5, 1, 2]) for _ in range(n)]
+    if "segments" in data and rng.random() < 0.5:
+        data["segment_lengths"] = [0.6, 0.4]
     return data
 
 
