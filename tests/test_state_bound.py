@@ -122,3 +122,17 @@ def test_solve_cli_can_skip_it(tmp_path, capsys):
     assert out["relaxed_bound"] == pytest.approx(318.93) and out["status"] == "optimal"
     assert main([*args, "--no-state-bound", "--no-relax-first"]) == 0
     assert json.loads(capsys.readouterr().out)["relaxed_bound"] is None
+
+
+@pytest.mark.parametrize("perm", [(1, 0, 3, 2), (3, 2, 1, 0)])
+def test_a_v_whose_devices_are_numbered_otherwise_gets_the_same_bound(perm):
+    # the bound reads which stages a device holds; an explicit placement that renumbers the
+    # V's devices (limits following them) is the same pipeline, and was left without it
+    inst = six_b(4, 8, limit=[10, 9, 8.5, 8])
+    renumbered = inst.with_(placement=[perm[d] for d in inst.placement],
+                            limit=[inst.limit[perm.index(d)] for d in range(4)])
+    assert renumbered.placement_kind == "explicit"
+    assert sb.v_tip(inst) == (3, 4) and sb.v_tip(renumbered) == (perm[3], 4)
+    plain, other = sb.state_bound(inst, "span"), sb.state_bound(renumbered, "span")
+    assert other.exact and other.value == pytest.approx(plain.value)
+    assert plain.value > analytic_bound(inst, "span") + 1  # a bound that matters here
