@@ -568,3 +568,42 @@ def test_mode_fields_out_of_range_or_with_segments_are_refused(fields, message):
     with pytest.raises(InstanceError) as exc:
         make_instance(**fields)
     assert message in str(exc.value)
+
+
+# two copy streams: the model's optimum (53) runs the copy out 2O1 before the load 2L2 starts,
+# and the load needs the memory 2O1 frees (device 1 holds 2 at most)
+TWO_STREAMS = {"devices": 2, "microbatches": 3, "chunks": 2, "placement": "v",
+               "times": {"F": [1, 4, 1, 3], "I": [1, 2, 3, 3], "W": [2, 3, 4, 4]}, "comm": 1,
+               "memory": {"activation": [2, 1, 1, 1], "weight": [0, 0, 0.5, 0.5],
+                          "limit": [4, 2]},
+               "offload": {"fraction": 1.0, "d2h": 0.5, "h2d": 2.0, "streams": 2}}
+
+
+def test_a_load_is_written_after_the_copy_outs_that_end_before_it_starts():
+    # the rows once wrote such a load before the copy out (on their separate streams nothing
+    # else orders them): the simulator started the load when the compute job before it ended,
+    # before the free, and device 1 reached 3 (results/audit/claims.py, draw [1, 99])
+    from ortools.sat.python import cp_model
+
+    from zbsolve.instance import load_instance
+    from zbsolve.solver.model import build_model
+
+    inst = load_instance(TWO_STREAMS)
+    sm = build_model(inst, "makespan")
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers, solver.parameters.random_seed = 1, 0
+    solver.parameters.max_time_in_seconds = 20
+    assert solver.solve(sm.model) == cp_model.OPTIMAL
+    assert solver.objective_value / sm.scale.time == 53
+    sched = Schedule(sm.entries(solver))
+    assert any(op.kind == "L" for op in sched.device_ops(1))
+    result = simulate(inst, sched)
+    assert result.feasible and result.peak_memory[1] <= 2
+    assert result.makespan >= 53  # a row cannot start a load inside a compute job: 55 here
+    for row in sched.orders:  # each load after every copy out that ends before it starts
+        at = {str(op): k for k, op in enumerate(row)}
+        for op in row:
+            if op.kind == "L":
+                for o in row:
+                    if o.kind == "O" and result.end[o] <= result.start[op] - 1e-9:
+                        assert at[str(o)] < at[str(op)], (o, op)

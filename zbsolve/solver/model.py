@@ -300,14 +300,19 @@ class ScheduleModel:
             return rows
         placed: list[list[tuple[int, int, Op]]] = [[] for _ in rows]
         last: dict[tuple[int, int], int] = {}  # a stream's copies stay in start order
+        outs: list[list[tuple[int, int]]] = [[] for _ in rows]  # (end, position) of copy outs
         for t, op in sorted(copies):
             d = self.graph.device(op)
             if op.kind == Kind.O:  # after the last allocating job that starts before its end
                 end = t + self.duration(op)
                 pos = max((k + 1 for k, (s, _, a) in enumerate(spans[d]) if a and s < end),
                           default=0)
-            else:  # after the last job that ends before it starts
-                pos = sum(1 for _, e, _ in spans[d] if e <= t)
+                outs[d].append((end, pos))
+            else:  # after the last job that ends before it starts, and after every copy out
+                # that ends before it starts (on its own copy stream, with ``streams: 2``, that
+                # order is the only thing that makes the load wait for that free)
+                pos = max([sum(1 for _, e, _ in spans[d] if e <= t)]
+                          + [k for e, k in outs[d] if e <= t])
             key = (d, self.graph.stream(op))
             pos = last[key] = max(pos, last.get(key, 0))
             placed[d].append((pos, t, op))
