@@ -579,23 +579,30 @@ TWO_STREAMS = {"devices": 2, "microbatches": 3, "chunks": 2, "placement": "v",
                "offload": {"fraction": 1.0, "d2h": 0.5, "h2d": 2.0, "streams": 2}}
 
 
-def test_a_load_is_written_after_the_copy_outs_that_end_before_it_starts():
-    # the rows once wrote such a load before the copy out (on their separate streams nothing
-    # else orders them): the simulator started the load when the compute job before it ended,
-    # before the free, and device 1 reached 3 (results/audit/claims.py, draw [1, 99])
+def _model_rows(data, **limit):
+    """The exact model's rows for ``data`` (one worker, seed 0, the CP-SAT ``limit``): the
+    instance, CP-SAT's status name and value, and the rows ``ScheduleModel.entries`` writes."""
     from ortools.sat.python import cp_model
 
     from zbsolve.instance import load_instance
     from zbsolve.solver.model import build_model
 
-    inst = load_instance(TWO_STREAMS)
+    inst = load_instance(data)
     sm = build_model(inst, "makespan")
     solver = cp_model.CpSolver()
     solver.parameters.num_workers, solver.parameters.random_seed = 1, 0
-    solver.parameters.max_time_in_seconds = 20
-    assert solver.solve(sm.model) == cp_model.OPTIMAL
-    assert solver.objective_value / sm.scale.time == 53
-    sched = Schedule(sm.entries(solver))
+    for key, value in limit.items():
+        setattr(solver.parameters, key, value)
+    status = solver.status_name(solver.solve(sm.model))
+    return inst, status, solver.objective_value / sm.scale.time, Schedule(sm.entries(solver))
+
+
+def test_a_load_is_written_after_the_copy_outs_that_end_before_it_starts():
+    # the rows once wrote such a load before the copy out (on their separate streams nothing
+    # else orders them): the simulator started the load when the compute job before it ended,
+    # before the free, and device 1 reached 3 (results/audit/claims.py, draw [1, 99])
+    inst, status, value, sched = _model_rows(TWO_STREAMS, max_time_in_seconds=20)
+    assert status == "OPTIMAL" and value == 53
     assert any(op.kind == "L" for op in sched.device_ops(1))
     result = simulate(inst, sched)
     assert result.feasible and result.peak_memory[1] <= 2
@@ -607,3 +614,46 @@ def test_a_load_is_written_after_the_copy_outs_that_end_before_it_starts():
                 for o in row:
                     if o.kind == "O" and result.end[o] <= result.start[op] - 1e-9:
                         assert at[str(o)] < at[str(op)], (o, op)
+
+
+# two copy streams again, half of each activation offloaded (results/audit/cli.py, draw [6, 44])
+L_AFTER_O = {"devices": 3, "microbatches": 5, "chunks": 2, "placement": [0, 1, 1, 2, 0, 2],
+             "times": {"F": [4, 4, 2, 2, 2, 2], "I": [1, 2, 3, 1, 1, 4], "W": [2, 4, 1, 2, 3, 1]},
+             "memory": {"activation": [1, 1, 1, 1, 2, 1], "weight": [0, 0.5, 0.5, 0.5, 1, 0],
+                        "limit": [4.5, 3.5, 2.5], "params": 0.5},
+             "offload": {"fraction": 0.5, "d2h": 1.0, "h2d": 1.0, "streams": 2}}
+
+
+def test_a_load_is_never_written_before_its_own_copy_out():
+    # a copy out goes after the last allocating job that starts before it ends, a load (once)
+    # after the last job that ends before it starts: a forward spanning both put the load
+    # first. The simulator waited for the copy out across the streams; the executor table's
+    # P2P check refused the row ("0L0 runs before 0O0"), so zbsolve export failed on the
+    # solver's schedule (now the simulator refuses such a row too)
+    from zbsolve.export.executor import lower
+    from zbsolve.export.p2p_check import require_safe
+
+    # a deterministic limit: the same solution on any machine
+    inst, status, _, sched = _model_rows(L_AFTER_O, max_deterministic_time=4)
+    assert status in ("OPTIMAL", "FEASIBLE")
+    assert any(op.kind == "L" for op in sched.ops())
+    assert simulate(inst, sched).feasible
+    require_safe(lower(inst, sched))
+
+
+def test_a_load_written_before_its_copy_out_is_refused_on_two_streams_too():
+    # the simulator waited for the copy out across the streams; the runtime issues copies in
+    # row order and would deadlock, and the P2P check refuses it: so does the simulator now
+    from zbsolve.instance import load_instance
+
+    inst = load_instance({"devices": 2, "microbatches": 1, "chunks": 2, "placement": "v",
+                          "times": {"F": 1, "I": 1, "W": 1},
+                          "offload": {"d2h": 1.0, "streams": 2}})
+
+    def rows(first):
+        return Schedule([[parse_op(t) for t in first],
+                         [parse_op(t) for t in ("1F0", "2F0", "2I0", "2W0", "1I0", "1W0")]])
+
+    assert simulate(inst, rows(("0F0", "0O0", "3F0", "3I0", "3W0", "0L0", "0I0", "0W0")))
+    with pytest.raises(ScheduleError, match="0L0 comes before its input 0O0"):
+        simulate(inst, rows(("0F0", "0L0", "3F0", "3I0", "3W0", "0O0", "0I0", "0W0")))

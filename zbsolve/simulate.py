@@ -261,6 +261,24 @@ def _order_errors(graph: TaskGraph, sched: Schedule) -> None:
             done.update(ops_of(entry))
 
 
+def _copy_order_errors(graph: TaskGraph, sched: Schedule) -> None:
+    """A load written before its own copy out, with two copy streams (with one, the deadlock
+    check names it). Each stream would wait for the other, but a runtime issues a device's
+    copies in row order: the load would wait on an event not yet recorded, and the executor
+    table's P2P check refuses the row too."""
+    if graph.copy_streams != 2:
+        return
+    for d, order in enumerate(sched.orders):
+        seen: set[Op] = set()
+        for pos, entry in enumerate(order):
+            for op in ops_of(entry):
+                if op.kind == Kind.L and op._replace(kind=Kind.O) not in seen:
+                    raise ScheduleError(
+                        f"device {d} position {pos}: {op} comes before its input "
+                        f"{op._replace(kind=Kind.O)} (a device issues its copies in row order)")
+                seen.add(op)
+
+
 def _pair_refusal(inst: Instance, pair: Pair) -> str:
     fwd, bwd = pair
     if fwd.kind != Kind.F or bwd.kind not in (Kind.I, Kind.B):
@@ -422,6 +440,7 @@ def simulate(inst: Instance, sched: Schedule) -> SimResult:
     except ValueError as exc:  # a unit with the ops of two memory modes
         raise ScheduleError(str(exc)) from None
     _check_structure(inst, graph, sched)
+    _copy_order_errors(graph, sched)
     split = lanes(graph, sched)
     start, end = _run(graph, sched, split)
     rows = split.rows
