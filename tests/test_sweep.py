@@ -389,3 +389,34 @@ def test_each_point_names_a_schedule_file_that_carries_its_instance(tmp_path, ca
     capsys.readouterr()
     assert main(["check", str(tmp_path / point["schedule_file"]), "--json"]) == 0  # no instance
     assert json.loads(capsys.readouterr().out)["makespan"] == point["makespan"]
+
+
+def test_relayout_keeps_resident_weights_step_and_replica_figures():
+    # the re-cut once dropped memory.params (every other layout held no weights) and kept the
+    # step's and the replicas' per-stage lists at the old length (the sweep stopped with
+    # "step.optimizer: expected one time per model stage (4), got a list of 2")
+    inst = load_instance({"devices": 2, "microbatches": 4, "times": {"F": 1, "I": 1, "W": 1},
+                          "memory": {"activation": 1, "params": [0.5, 0.3], "limit": 4},
+                          "step": {"mode": "sync", "optimizer": [1, 2], "allreduce": 0.5}})
+    two = relayout(inst, Layout(2, "loop"))
+    assert sum(two.params[:4]) == pytest.approx(0.8) and two.params[:4] == (0.3, 0.2, 0.15, 0.15)
+    assert sum(two.step.optimizer[:4]) == pytest.approx(3)
+    assert sum(two.step.allreduce[:4]) == pytest.approx(1)
+    assert relayout(two, Layout(1, "loop")).params[:2] == inst.params[:2]
+    replicas = load_instance({"devices": 2, "microbatches": 4, "replicas": 2, "sync": [1, 3],
+                              "times": {"F": 1, "I": 1, "W": 1}, "memory": {"activation": 1}})
+    assert sum(relayout(replicas, Layout(2, "loop")).sync[:4]) == pytest.approx(4)
+
+
+def test_segment_lengths_follow_a_new_segment_count_or_say_why_not():
+    # a list of lengths was kept for another count: even the reference peak (one segment)
+    # failed with "segment_lengths: expected 1 lengths (one per segment), got 2"
+    inst = load_instance({"devices": 2, "microbatches": 4, "segments": 2,
+                          "segment_lengths": [0.6, 0.4], "times": {"F": 1, "I": 1, "W": 1},
+                          "memory": {"activation": 1}})
+    assert reference_peak(inst) == reference_peak(inst.with_(segments=1))
+    assert inst.with_(segments=1).segments == 1
+    with pytest.raises(InstanceError, match=r"segment_lengths: \[0.6, 0.4\] gives 2 segments, "
+                                            "not 4; give a rule"):
+        relayout(inst, Layout(1, "loop", 4))
+    assert relayout(inst.with_(segment_lengths="equal"), Layout(1, "loop", 4)).segments == 4

@@ -316,6 +316,8 @@ class Instance:
         data = self.to_dict()
         if changes.get("segments", self.segments) != self.segments:
             _whole_figures(self, data)  # re-cut: each segment's share comes from the new count
+            if "segment_lengths" not in changes:
+                refit_segment_lengths(data, changes["segments"])
         for key, value in changes.items():
             if key in ("F", "I", "W"):
                 data["times"][key] = list(value) if not _is_number(value) else value
@@ -446,6 +448,20 @@ def _segments_to_dict(inst: Instance) -> dict[str, Any]:
 def _segment_rows(inst: Instance, key: str) -> list[list[float]]:
     S = inst.model_stages
     return [list(row) for row in inst.segment_table(key)[:S]]
+
+
+def refit_segment_lengths(data: dict[str, Any], segments: int) -> None:
+    """``data``'s ``segment_lengths`` for another segment count: a rule (equal, balanced)
+    applies to any count; a list of lengths is dropped for whole microbatches and refused for
+    another split, which it does not describe."""
+    lengths = data.get("segment_lengths")
+    if not isinstance(lengths, list) or len(lengths) == segments:
+        return
+    if segments == 1:
+        del data["segment_lengths"]
+        return
+    raise InstanceError(f"segment_lengths: {lengths} gives {len(lengths)} segments, not "
+                        f"{segments}; give a rule (equal or balanced) to cut into another count")
 
 
 def _whole_figures(inst: Instance, data: dict[str, Any]) -> None:

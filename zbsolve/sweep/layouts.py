@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from zbsolve.instance import PLACEMENTS, Instance, InstanceError
+from zbsolve.instance import PLACEMENTS, Instance, InstanceError, refit_segment_lengths
 
 
 @dataclass(frozen=True, order=True)
@@ -109,17 +109,42 @@ def relayout(inst: Instance, layout: Layout) -> Instance:
     data["name"] = f"{inst.name}[{layout.label}]"
     data["chunks"] = v
     data["segments"] = layout.segments
+    refit_segment_lengths(data, layout.segments)
     if v != v0 and isinstance(data.get("segment_model", {}).get("layers"), list):
         data["segment_model"]["layers"] = _recut_layers(data["segment_model"]["layers"], v0, v)
     data["placement"] = layout.placement
-    data["times"] = {k: _recut(getattr(inst, k), v0, v, p) for k in ("F", "I", "W")}
+    S = inst.model_stages  # one replica's stages: a second replica repeats them
+    data["times"] = {k: _recut(getattr(inst, k)[:S], v0, v, p) for k in ("F", "I", "W")}
     data["memory"] = {
-        "activation": _recut(inst.activation, v0, v, p),
-        "weight": _recut(inst.weight, v0, v, p),
+        "activation": _recut(inst.activation[:S], v0, v, p),
+        "weight": _recut(inst.weight[:S], v0, v, p),
         "limit": None,
+        **({"unit": inst.memory_unit} if inst.memory_unit else {}),
     }
+    data.update(_recut_per_stage(inst, data, v0, v, p))
     data.update(_recut_modes(inst, v0, v, p))
     return Instance.from_dict(data)
+
+
+def _recut_per_stage(inst: Instance, data: dict, v0: int, v: int, p: int) -> dict:
+    """The other per-stage figures re-cut like the times: the resident weights (they were
+    left out, so every other layout held none), the replicas' gradient all-reduce, and the
+    step's optimizer and all-reduce times. A per-pair overlap table has no re-cut."""
+    S = inst.model_stages
+    out: dict = {}
+    if any(inst.params):
+        data["memory"]["params"] = _recut(inst.params[:S], v0, v, p)
+    if inst.replicas != 1:
+        out["sync"] = _recut(inst.sync[:S], v0, v, p)
+    if inst.step.given:
+        step = inst.step
+        out["step"] = {"mode": step.mode, "check": step.check,
+                       **{k: _recut(tuple(getattr(step, k)[:S]) or (0.0,) * S, v0, v, p)
+                          for k in ("optimizer", "allreduce")}}
+    if inst.overlap is not None and not isinstance(inst.overlap, float):
+        raise InstanceError("overlap.FB: a table per stage pair cannot be re-cut into another "
+                            "number of chunks; give one factor for every pair")
+    return out
 
 
 def _recut_modes(inst: Instance, v0: int, v: int, p: int) -> dict:
