@@ -119,21 +119,21 @@ def relayout(inst: Instance, layout: Layout) -> Instance:
         "activation": _recut(inst.activation[:S], v0, v, p),
         "weight": _recut(inst.weight[:S], v0, v, p),
         "limit": None,
+        # the resident weights: once left out, so every other layout held none
+        **({"params": _recut(inst.params[:S], v0, v, p)} if any(inst.params) else {}),
         **({"unit": inst.memory_unit} if inst.memory_unit else {}),
     }
-    data.update(_recut_per_stage(inst, data, v0, v, p))
+    data.update(_recut_per_stage(inst, v0, v, p))
     data.update(_recut_modes(inst, v0, v, p))
     return Instance.from_dict(data)
 
 
-def _recut_per_stage(inst: Instance, data: dict, v0: int, v: int, p: int) -> dict:
-    """The other per-stage figures re-cut like the times: the resident weights (they were
-    left out, so every other layout held none), the replicas' gradient all-reduce, and the
-    step's optimizer and all-reduce times. A per-pair overlap table has no re-cut."""
+def _recut_per_stage(inst: Instance, v0: int, v: int, p: int) -> dict:
+    """The other per-stage figures re-cut like the times: the replicas' gradient all-reduce
+    and the step's optimizer and all-reduce times. A per-pair overlap table has no re-cut
+    into another number of chunks."""
     S = inst.model_stages
     out: dict = {}
-    if any(inst.params):
-        data["memory"]["params"] = _recut(inst.params[:S], v0, v, p)
     if inst.replicas != 1:
         out["sync"] = _recut(inst.sync[:S], v0, v, p)
     if inst.step.given:
@@ -141,7 +141,7 @@ def _recut_per_stage(inst: Instance, data: dict, v0: int, v: int, p: int) -> dic
         out["step"] = {"mode": step.mode, "check": step.check,
                        **{k: _recut(tuple(getattr(step, k)[:S]) or (0.0,) * S, v0, v, p)
                           for k in ("optimizer", "allreduce")}}
-    if inst.overlap is not None and not isinstance(inst.overlap, float):
+    if v != v0 and inst.overlap is not None and not isinstance(inst.overlap, float):
         raise InstanceError("overlap.FB: a table per stage pair cannot be re-cut into another "
                             "number of chunks; give one factor for every pair")
     return out
