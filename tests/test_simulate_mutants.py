@@ -361,16 +361,21 @@ def test_lanes_split_a_row_into_its_streams_with_the_row_order_waits():
 
 def test_two_copy_streams_keep_the_lanes_in_stream_order():
     """A load written before the copy out it needs (two streams: they do not share a lane):
-    the copy-out lane still comes first, and the load just waits for its input."""
+    the copy-out lane still comes first in the split. The simulator refuses that row, as the
+    runtime (it issues a device's copies in row order) and the P2P check do; written after
+    its copy out, the load waits for it and for the compute job before it."""
     inst = make_instance(p=1, m=1, F=1, I=1, W=1, offload={**OFFLOAD, "streams": 2})
     row = _ops("0F0 0L0 0O0 0I0 0W0")
     split = lanes(TaskGraph.of(inst, row), Schedule([row]))
     assert split.rows == [_ops("0F0 0I0 0W0"), _ops("0O0"), _ops("0L0")]
     assert split.where == [(0, 0), (0, 1), (0, 2)]
     assert split.waits_for == {Op("L", 0, 0): [Op("F", 0, 0)]}
+    assert _error(inst, [row]) == ("device 0 position 1: 0L0 comes before its input 0O0 (a "
+                                   "device issues its copies in row order)")
+    row = _ops("0F0 0O0 0L0 0I0 0W0")
     r = simulate(inst, Schedule([row]))
     # F0 0-1, O0 1-2, L0 2-3 (after O0 and F0), I0 3-4, W0 4-5
-    assert [(r.start[op], r.end[op]) for op in row] == [(0, 1), (2, 3), (1, 2), (3, 4), (4, 5)]
+    assert [(r.start[op], r.end[op]) for op in row] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
 
 
 def test_offload_timeline_busy_and_span_are_the_compute_streams():
@@ -395,15 +400,15 @@ def test_offload_timeline_busy_and_span_are_the_compute_streams():
 
 def test_a_deadlock_across_streams_names_what_each_lane_needs_and_waits_for():
     """Two copy streams, 0L0 written after 0I0 (which needs it) and after 0O1: 0I0 waits for
-    0L0; 0L0 for its input 0O0, which is behind 0O1 in the copy-out lane, and for 0O1 and 0I0
-    (written before it); 0O1 needs 0F1, which is behind 0I0 on the compute stream."""
+    0L0; 0L0 for 0O1 and 0I0 (written before it); 0O1 needs 0F1, which is behind 0I0 on the
+    compute stream (0O0, before it in the copy-out lane, has run)."""
     inst = make_instance(p=1, m=2, F=1, I=1, W=1, offload={**OFFLOAD, "streams": 2})
-    row = _ops("0F0 0I0 0O1 0L0 0F1 0O0 0L1 0W0 0I1 0W1")
+    row = _ops("0F0 0I0 0O0 0O1 0L0 0F1 0L1 0W0 0I1 0W1")
     assert _error(inst, [row]) == (
         "deadlock: device 0 waits at position 1 on 0I0, which needs 0L0 (device 0); "
-        "device 0 copy stream waits at position 0 on 0O1, which needs 0F1 (device 0); "
-        "device 0 copy stream waits at position 0 on 0L0, which needs 0O0 (device 0) and "
-        "which waits for 0O1, 0I0 written before it")
+        "device 0 copy stream waits at position 1 on 0O1, which needs 0F1 (device 0); "
+        "device 0 copy stream waits at position 0 on 0L0, which waits for 0O1, 0I0 written "
+        "before it")
 
 
 @pytest.mark.parametrize("row, message", [

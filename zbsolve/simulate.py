@@ -25,6 +25,9 @@ side. The row also says when memory moves, in two rules (the events a runtime re
   earlier than O's end (what O frees is free by then), so it never counts on memory still in
   flight; an I or W written after it does not wait.
 
+A load is written after its own copy out, with two copy streams too (a runtime issues a
+device's copies in row order; ``_copy_order_errors``).
+
 With these two rules a row sorted as a timed schedule's jobs run (``zbsolve.solver.model``)
 times every allocation after every free it came after, so its memory is never higher here.
 Busy time, spans and bubbles are the compute stream's. A device's span runs from its head,
