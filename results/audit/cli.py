@@ -42,6 +42,8 @@ REASONS = ("torch's pipelining runtime", "Megatron places virtual stages in a lo
 
 
 def run(argv: list[str]) -> tuple[int | str, str, str]:
+    """``zbsolve ARGV`` in this process: exit code (an exception's name and message where it
+    escaped: the finding), stdout, stderr."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

@@ -15,16 +15,17 @@ the plan's peak memory must fit the usable memory it reports.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import random
 import sys
 import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
-from zbsolve.cli import main as zbsolve
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cli import run  # noqa: E402 - the command line in one process, as the cli audit runs it
 
 
 def draw(rng: random.Random) -> list[str]:
@@ -44,18 +45,6 @@ def draw(rng: random.Random) -> list[str]:
     if rng.random() < 0.3:
         argv += ["--microbatch-size", str(rng.choice([1, 2, 4]))]
     return argv
-
-
-def run(argv: list[str]) -> tuple[int | str, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc: int | str = zbsolve(argv)
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else 2
-        except Exception as exc:  # noqa: BLE001 - the finding
-            rc = f"{type(exc).__name__}: {exc}"
-    return rc, out.getvalue(), err.getvalue()
 
 
 def audit(argv: list[str], seconds: float) -> dict:
