@@ -540,6 +540,20 @@ def placement_for(kind: str, p: int, v: int) -> tuple[int, ...]:
     raise InstanceError(f"placement: expected 'loop', 'v' or a list of device ids, got {kind!r}")
 
 
+def v_players(inst: Instance) -> tuple[int, ...] | None:
+    """For a V (one replica, two chunks), the device that plays V device r for each r: the
+    one holding stages r and 2p-1-r (``(0, 1, ..., p-1)`` for ``placement: v``; an explicit
+    placement may number the devices otherwise). None where the placement is no V."""
+    p, placement = inst.devices, inst.placement
+    if inst.chunks != 2 or inst.replicas != 1 or len(placement) != 2 * p:
+        return None
+    played = tuple(placement[:p])
+    if sorted(played) != list(range(p)) or any(
+            placement[2 * p - 1 - r] != d for r, d in enumerate(played)):
+        return None
+    return played
+
+
 def _check_sizes(p: int, m: int, v: int) -> None:
     """Refuse, before anything is built, an instance above the stated size limits."""
     sizes.check_size("devices", p, sizes.MAX_DEVICES)

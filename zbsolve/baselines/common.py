@@ -6,7 +6,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 
-from zbsolve.instance import Instance
+from zbsolve.instance import Instance, v_players
 from zbsolve.ops import Op
 from zbsolve.schedule import Schedule
 
@@ -73,9 +73,9 @@ def renumbered_v(generate: Callable[[Instance], Schedule]) -> Callable[[Instance
     """
     @functools.wraps(generate)
     def run(inst: Instance) -> Schedule:
-        played = _v_players(inst)
-        if played is None:
-            return generate(inst)  # the V numbering already, or no V: the family decides
+        played = v_players(inst)
+        if played is None or played == tuple(range(inst.devices)):
+            return generate(inst)  # no V, or the V numbering already: the family decides
         limited = any(x is not None for x in inst.limit)
         limit = [inst.limit[d] for d in played] if limited else None
         sched = generate(inst.with_(placement="v", limit=limit))
@@ -84,19 +84,6 @@ def renumbered_v(generate: Callable[[Instance], Schedule]) -> Callable[[Instance
             orders[d] = sched.orders[r]
         return dataclasses.replace(sched, orders=orders)
     return run
-
-
-def _v_players(inst: Instance) -> tuple[int, ...] | None:
-    """For a V with renumbered devices: the device that plays V device r, for each r (it
-    holds stages r and 2p-1-r). None for the V numbering itself and for what is no V."""
-    p, placement = inst.devices, inst.placement
-    if inst.chunks != 2 or inst.replicas != 1 or len(placement) != 2 * p:
-        return None
-    played = tuple(placement[:p])
-    if (played == tuple(range(p)) or sorted(played) != list(range(p))
-            or any(placement[2 * p - 1 - r] != d for r, d in enumerate(played))):
-        return None
-    return played
 
 
 def make(inst: Instance, name: str, orders: list[list[Op]]) -> Schedule:

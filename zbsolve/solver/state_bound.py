@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zbsolve.graph import TaskGraph
-from zbsolve.instance import Instance
+from zbsolve.instance import Instance, v_players
 from zbsolve.numeric import REL_TOL
 from zbsolve.ops import Op
 from zbsolve.solver import bounds
@@ -80,13 +80,8 @@ def v_tip(inst: Instance) -> tuple[int, int] | None:
     """(device, stage) of the V's tip: stage p, on the device that holds stages p - 1 and p
     (device p - 1 in the V's own numbering; an explicit placement may number the devices
     otherwise, and the bound reads only which stages each device holds). None if not a V."""
-    p, placement = inst.devices, inst.placement
-    if inst.chunks != 2 or inst.replicas != 1 or len(placement) != 2 * p:
-        return None
-    if sorted(placement[:p]) != list(range(p)) or any(
-            placement[2 * p - 1 - s] != placement[s] for s in range(p)):
-        return None
-    return placement[p - 1], p
+    played = v_players(inst)
+    return None if played is None else (played[-1], inst.devices)
 
 
 @dataclass(frozen=True)
