@@ -160,7 +160,16 @@ def test_memory_edges_follow_their_formulas():
         MemoryEdge("I", 0, 0, 2), MemoryEdge("I", 0, 3, 1), MemoryEdge("I", 3, 0, 1),
         MemoryEdge("I", 3, 3, 1), MemoryEdge("W", 3, 3, 1)])
     assert memory_edges(inst.with_(limit=[6, 100]), 1) == []  # never binds: no edge
-    assert memory_edges(inst.with_(replicas=2, microbatches=6), 1) == []  # gated
+    # two replicas: device 1 holds stages 0 and 3 of replica 0 (A_0 = 1, A_3 = 2) and 5 and 6
+    # of replica 1 (A_5 = 2, A_6 = 3), limit 3; each replica's edges on its own stages, what
+    # the other replica holds counted as nothing, L microbatches of a replica 2 L indices
+    # apart: I(0, 0) (L = 3) and W(3, 3) (w = 0.5, L = 3) reach past m = 6 and go
+    two = inst.with_(replicas=2, microbatches=6, limit=[6, 3])
+    assert sorted(memory_edges(two, 1)) == sorted([
+        MemoryEdge("I", 0, 3, 4), MemoryEdge("I", 3, 0, 4), MemoryEdge("I", 3, 3, 2),
+        MemoryEdge("I", 5, 5, 2), MemoryEdge("W", 5, 5, 4), MemoryEdge("I", 5, 6, 2),
+        MemoryEdge("W", 5, 6, 2), MemoryEdge("I", 6, 5, 2), MemoryEdge("I", 6, 6, 2)])
+    assert bounds.in_flight_caps(two, 1) == {3: 1, 5: 1, 6: 1}  # in microbatches of a replica
     # with pairs the edges hold as they are (what a forward's start finds, alone or in a
     # pair); no pair fits device 1 at 2, so neither stage's W may be absorbed: all five
     assert memory_edges(inst.with_(overlap={"FB": 0.8}), 1) == memory_edges(inst, 1)
@@ -221,6 +230,52 @@ def bound_and_model_agree_with_the_oracle(inst, objective):
     # the solver's model (microbatch order, memory precedences, objective >= the bound; with
     # pairs: on the pairs' ends, no pair the memory cannot hold) keeps it
     assert optimum(inst, objective) == pytest.approx(best)
+
+
+@st.composite
+def tiny_two_replicas(draw):
+    """Two replicas on two devices, one chunk or two (V or loop), under limits from the least
+    feasible one up: the replicas share each device's memory, which their edges do not see."""
+    v = draw(st.sampled_from([1, 2]))
+    n = 2 * v
+    data = {"devices": 2, "replicas": 2, "chunks": v,
+            "microbatches": draw(st.sampled_from([2, 4] if v == 2 else [4, 6]))}
+    if v == 2:
+        data["placement"] = draw(st.sampled_from(["v", "loop"]))
+    ints = st.lists(st.integers(1, 4), min_size=n, max_size=n)
+    data["times"] = {k: draw(ints) for k in ("F", "I", "W")}
+    data["comm"] = draw(st.sampled_from([0, 1]))
+    act = draw(st.lists(st.sampled_from([1.0, 2.0]), min_size=n, max_size=n))
+    data["memory"] = {"activation": act,
+                      "weight": [a * draw(st.sampled_from([0.0, 0.5])) for a in act]}
+    need = min_memory_limit(load_instance(data))
+    data["memory"]["limit"] = [x + draw(st.sampled_from([0, 0.5, 1, 2])) for x in need]
+    return load_instance(data)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_two_replicas(), st.sampled_from(["makespan", "span"]))
+def test_bound_and_reduced_model_keep_the_optimum_with_two_replicas(inst, objective):
+    bound_and_model_agree_with_the_oracle(inst, objective)
+
+
+# two replicas on two devices, limit 2: device 0 holds replica 0's stage 0 (2 units: one of
+# its microbatches in flight, I(0, j) and W(0, j) -> F(0, j+2)) and replica 1's stage 3 (1
+# unit: two, I(3, j) -> F(3, j+4)); device 1 the mirror image. The per-replica edges raise
+# the bound from 51 to 52; what they miss is the replicas sharing the 2 units (optimum 62)
+TWO_REPLICAS_TIGHT = {"devices": 2, "microbatches": 6, "replicas": 2,
+                      "times": {"F": [4, 2], "I": [4, 2], "W": [1, 4]}, "comm": 1,
+                      "memory": {"activation": [2, 1], "weight": [1, 0], "limit": 2}}
+
+
+def test_replica_memory_edges_raise_the_bound_below_the_optimum():
+    inst = load_instance(TWO_REPLICAS_TIGHT)
+    assert analytic_bound(inst) == 52.0
+    with mock.patch.object(bounds, "memory_edges", lambda *a: []):
+        assert analytic_bound(inst) == 51.0  # before: no edge with two replicas
+    assert blind_optimum(inst, "makespan") == pytest.approx(62.0)
+    assert optimum(inst, "makespan") == pytest.approx(62.0)  # the model with the edges
 
 
 def test_bounds_of_the_mutation_tests_stay_below_proven_optima():

@@ -169,25 +169,38 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
        not ended, so j holds A_t, and each of j+1..j+L holds A_s (input backwards at s wait on
        I(s, j), which waits on I(t, j)). Either way L·A_s + A_t > limit. (This dominates the
        earlier F(t, j) -> F(s, j+L), whose proof was the first case alone.)
+
+    With two replicas (issue 18) the edges are stated per replica, over the device's stages of
+    that replica: what the other replica holds is at least nothing, and its microbatches are
+    the other parity, so "L microbatches later" is L·replicas indices later (``lag``, in
+    microbatch indices, as every consumer reads it).
     """
     limit = inst.limit[d]
-    if limit is None or inst.replicas != 1 or inst.segments != 1 or inst.offers_modes:
-        # The argument walks one chain of unsegmented units: with replicas a device's stages
-        # do not share microbatches, with segments a unit's memory is split over ops, and a
-        # recomputed or offloaded unit holds less than its activation between F and I. With
-        # overlapped pairs it holds as it is: it counts what the device holds as a forward
-        # starts, alone or in a pair, whose backward holds its unit until the pair ends.
+    if limit is None or inst.segments != 1 or inst.offers_modes:
+        # The argument walks one chain of unsegmented units: with segments a unit's memory is
+        # split over ops, and a recomputed or offloaded unit holds less than its activation
+        # between F and I. With overlapped pairs it holds as it is: it counts what the device
+        # holds as a forward starts, alone or in a pair, whose backward holds its unit until
+        # the pair ends.
         return []
     limit -= inst.resident(d)
-    m = inst.microbatches
-    stages = sorted(inst.stages_of(d))
-    below = {s: sum(inst.activation[t] for t in stages if t <= s) for s in stages}
     # the W edges read the Ws' microbatch order, which a stage whose W a pair may absorb does
     # not keep (``TaskGraph.same_class_prev``)
     absorbable = TaskGraph(inst).absorbable if inst.overlap is not None else frozenset()
+    out = []
+    for r in range(inst.replicas):
+        stages = sorted(s for s in inst.stages_of(d) if inst.replica_of(s) == r)
+        out += _replica_edges(inst, limit, stages, absorbable)
+    return [e for e in out if e.lag < inst.microbatches]
 
-    def lag(room: float, each: float) -> int:
-        return int(math.floor(room / each + 1e-9)) + 1
+
+def _replica_edges(inst: Instance, limit: float, stages: list[int],
+                   absorbable: frozenset[int]) -> list[MemoryEdge]:
+    """``memory_edges`` among one replica's ``stages`` of a device (``limit`` net of params)."""
+    below = {s: sum(inst.activation[t] for t in stages if t <= s) for s in stages}
+
+    def lag(room: float, each: float) -> int:  # in microbatch indices of the replica
+        return (int(math.floor(room / each + 1e-9)) + 1) * inst.replicas
 
     out = []
     for i, s in enumerate(stages):
@@ -198,12 +211,14 @@ def memory_edges(inst: Instance, d: int) -> list[MemoryEdge]:
                 out.append(MemoryEdge("W", s, t, lag(room, inst.weight[s])))
             if t > s:
                 out.append(MemoryEdge("I", t, s, lag(room, below[s])))
-    return [e for e in out if e.lag < m]
+    return out
 
 
 def in_flight_caps(inst: Instance, d: int) -> dict[int, int]:
-    """Per stage s of device d: L with F(s, j+L) after I(s, j) (``memory_edges``' first kind)."""
-    return {e.stage: e.lag for e in memory_edges(inst, d) if e.kind == "I" and e.source == e.stage}
+    """Per stage s of device d: L with F(s, j+L) after I(s, j) (``memory_edges``' first kind),
+    in microbatches of s's replica."""
+    return {e.stage: e.lag // inst.replicas for e in memory_edges(inst, d)
+            if e.kind == "I" and e.source == e.stage}
 
 
 def memory_precedences(inst: Instance) -> dict[int, list[MemoryEdge]]:

@@ -983,5 +983,7 @@ def _add_memory_precedences(model: cp_model.CpModel, si: Instance, d: int,
     """Redundant precedences implied by memory (valid with the microbatch-order symmetry);
     ``end``: an op's end (a variable where a pair may end it early)."""
     for e in memory_edges(si, d):
-        for j in range(si.microbatches - e.lag):
+        for j in si.microbatches_of(e.source):
+            if j + e.lag >= si.microbatches:
+                break
             model.add(start[Op(Kind.F, e.stage, j + e.lag)] >= end(Op(e.kind, e.source, j)))
