@@ -315,6 +315,30 @@ def test_memory_energy_bound_by_hand(monkeypatch):
     assert analytic_bound(inst) == pytest.approx(79.0)
 
 
+# two replicas on two devices, one unit of activation per stage, limit 1.5: a device holds one
+# microbatch's unit at a time, but memory-time counts 1.5 of room. Device 0's units: replica
+# 0's stage 0 (F, comm, F, I, comm, I: 6 from its forward's start to its I's end) and replica
+# 1's last stage (F, I: 2), two microbatches each
+ONE_IN_FLIGHT = {"devices": 2, "microbatches": 4, "replicas": 2,
+                 "times": {"F": 1, "I": 1, "W": 1}, "comm": 1,
+                 "memory": {"activation": 1, "limit": 1.5}}
+
+
+def test_memory_time_counts_a_unit_that_leaves_no_room_as_the_whole_device():
+    # the staircase u^(1) of dual_feasible weighs a share above 1/2 (1 / 1.5) as 1: the
+    # span is at least the lifetimes one after the other, 2 x 6 + 2 x 2 = 16 (memory-time:
+    # 16 / 1.5 and its ramps, 11.33; the other terms 13)
+    inst = load_instance(ONE_IN_FLIGHT)
+    assert bounds.memory_energy_bounds(inst) == [16.0, 16.0]
+    assert analytic_bound(inst) == 16.0
+    with mock.patch.object(bounds, "_dual_feasible_span", lambda *a: 0.0):
+        assert bounds.memory_energy_bounds(inst)[0] == pytest.approx(34 / 3)
+        assert analytic_bound(inst) == 13.0
+    assert blind_optimum(inst, "makespan") == pytest.approx(19.0)
+    # at limit 1 the room is one unit and memory-time alone says as much
+    assert bounds.memory_energy_bounds(inst.with_(limit=1.0))[0] == pytest.approx(16.0)
+
+
 def test_memory_energy_bound_is_gated_off_without_a_limit_or_with_modes():
     assert bounds.memory_energy_bounds(load_instance(LOOP_TIGHT).with_(limit=None)) == [None] * 3
     modes = make_instance(p=2, m=4, v=2, limit=2, recompute={"R": 0.5, "kept": 0.25})

@@ -47,6 +47,7 @@ from zbsolve.instance import Instance, InstanceError
 from zbsolve.numeric import REL_TOL, exceeds
 from zbsolve.ops import Kind, Op
 from zbsolve.schedule import Schedule
+from zbsolve.solver import dual_feasible
 
 MEMORY_EPS = 1e-9
 
@@ -772,8 +773,11 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
     "Memory-time"). This is the in-flight argument of ``memory_end_bounds`` taken over all of
     d's stages at once: on loop placements under half the 1F1B memory both of a device's
     stages hold activations for a long round trip, and their sum binds where each stage's
-    count does not. ``None`` where the limit is absent or the instance offers memory modes (a
-    recomputed or offloaded unit holds less than its keep-form lifetimes)."""
+    count does not. The same memory-time with each unit's share weighed by a dual feasible
+    function (``_dual_feasible_span``) counts a unit that leaves room for no other as the
+    whole device; the larger of the two is the bound. ``None`` where the limit is absent or
+    the instance offers memory modes (a recomputed or offloaded unit holds less than its
+    keep-form lifetimes)."""
     if inst.offers_modes:
         return [None] * inst.devices
     graph = TaskGraph(inst)
@@ -799,10 +803,12 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
             out.append(None)
             continue
         energy, born, freed = 0.0, {}, {}
+        units: dict[Op, list[tuple[float, float]]] = {}  # born op -> (lifetime, amount)
         for lt in graph.device_lifetimes(d):
             energy += lt.amount * length(lt)
             born[lt.born] = born.get(lt.born, 0.0) + lt.amount
             freed[lt.dies] = freed.get(lt.dies, 0.0) + lt.amount
+            units.setdefault(lt.born, []).append((length(lt), lt.amount))
         if not born:
             out.append(0.0)
             continue
@@ -811,8 +817,25 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
                                       _ramp(graph, unit, freed).loss(room))
         span = (energy + up + down) / room
         # each loss is counted on its half of the span: valid once both ramps fit there
-        out.append(span if span / 2 >= max(t_up, t_down) else energy / room)
+        out.append(max(span if span / 2 >= max(t_up, t_down) else energy / room,
+                       _dual_feasible_span(units.values(), room)))
     return out
+
+
+def _dual_feasible_span(units: Iterable[list[tuple[float, float]]], room: float) -> float:
+    """The memory-time bound with each unit's share of ``room`` weighed by a dual feasible
+    function (``dual_feasible``), the best of its family. A unit (its lifetimes, all born as
+    its forward starts: (shortest length, amount)) holds at least the amounts of the
+    lifetimes longer than x for the first x of its life: a staircase of (share, duration)."""
+    items: list[tuple[float, float]] = []
+    for pieces in units:
+        pieces = sorted(pieces)
+        held, before = sum(a for _, a in pieces), 0.0
+        for length, amount in pieces:
+            items.append((held / room, length - before))
+            held, before = held - amount, length
+    return max(sum(phi(x) * t for x, t in items)
+               for phi in dual_feasible.family(x for x, _ in items))
 
 
 def critical_path(inst: Instance) -> float:
