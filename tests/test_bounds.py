@@ -331,12 +331,37 @@ def test_memory_time_counts_a_unit_that_leaves_no_room_as_the_whole_device():
     inst = load_instance(ONE_IN_FLIGHT)
     assert bounds.memory_energy_bounds(inst) == [16.0, 16.0]
     assert analytic_bound(inst) == 16.0
-    with mock.patch.object(bounds, "_dual_feasible_span", lambda *a: 0.0):
+    with mock.patch.object(bounds.dual_feasible, "family", lambda *a: []):
         assert bounds.memory_energy_bounds(inst)[0] == pytest.approx(34 / 3)
         assert analytic_bound(inst) == 13.0
     assert blind_optimum(inst, "makespan") == pytest.approx(19.0)
     # at limit 1 the room is one unit and memory-time alone says as much
     assert bounds.memory_energy_bounds(inst.with_(limit=1.0))[0] == pytest.approx(16.0)
+
+
+def _cumulatives(sm):
+    """(capacity, demands) of every cumulative constraint of a built model."""
+    return sorted((c.cumulative.capacity.offset, [e.offset for e in c.cumulative.demands])
+                  for c in sm.model.proto.constraints if c.cumulative.intervals)
+
+
+def test_the_model_states_the_staircase_where_it_bounds_the_instance():
+    # ONE_IN_FLIGHT's bound is u^(1)'s memory-time on both devices: each gets, beside its
+    # memory (capacity 1.5 in memory units of 0.1, a unit 10), a cumulative of capacity 1
+    # where each of its four units weighs 1 (floor(2 x 10 / 15) = 1): one at a time
+    inst = load_instance(ONE_IN_FLIGHT)
+    assert bounds.memory_stairs(inst) == ((1, 16.0), (1, 16.0))
+    sm = build_model(inst, "makespan")
+    assert _cumulatives(sm) == [(1, [1] * 4), (1, [1] * 4), (15, [10] * 4), (15, [10] * 4)]
+    assert optimum(inst, "makespan") == pytest.approx(19.0)  # the blind oracle's
+    # limit 2.5: u^(2) weighs each share 0.4 as 1/2, 8 in all, below the bound (12): left out
+    roomy = inst.with_(limit=2.5)
+    assert bounds.memory_stairs(roomy) == ((2, 8.0), (2, 8.0))
+    assert analytic_bound(roomy) == 12.0
+    assert _cumulatives(build_model(roomy, "makespan")) == [(25, [10] * 4)] * 2
+    # limit 2: shares of exactly 1/2, where each staircase is taken one step down: none
+    # weighs more than the plain memory-time
+    assert bounds.memory_stairs(inst.with_(limit=2.0)) == (None, None)
 
 
 def test_memory_energy_bound_is_gated_off_without_a_limit_or_with_modes():

@@ -32,10 +32,11 @@ exactly that (each copy out written right after its forward), so the bound is ex
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import NamedTuple
@@ -774,14 +775,75 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
     d's stages at once: on loop placements under half the 1F1B memory both of a device's
     stages hold activations for a long round trip, and their sum binds where each stage's
     count does not. The same memory-time with each unit's share weighed by a dual feasible
-    function (``_dual_feasible_span``) counts a unit that leaves room for no other as the
+    function (``_staircase``, ``_weighed``) counts a unit that leaves room for no other as the
     whole device; the larger of the two is the bound. ``None`` where the limit is absent or
     the instance offers memory modes (a recomputed or offloaded unit holds less than its
     keep-form lifetimes)."""
     if inst.offers_modes:
         return [None] * inst.devices
     graph = TaskGraph(inst)
-    shortest: dict[tuple, float] = {}  # per unit shape: the same for every microbatch
+    length = _shortest_lifetimes(inst, graph)
+    out: list[float | None] = []
+    for d in range(inst.devices):
+        room = _room(inst, d)
+        if room is None:
+            out.append(None)
+            continue
+        energy, born, freed = 0.0, {}, {}
+        for lt in graph.device_lifetimes(d):
+            energy += lt.amount * length(lt)
+            born[lt.born] = born.get(lt.born, 0.0) + lt.amount
+            freed[lt.dies] = freed.get(lt.dies, 0.0) + lt.amount
+        if not born:
+            out.append(0.0)
+            continue
+        unit = max(born.values())  # also what a fused B frees at once
+        (t_up, up), (t_down, down) = (_ramp(graph, unit, born).loss(room),
+                                      _ramp(graph, unit, freed).loss(room))
+        span = (energy + up + down) / room
+        # each loss is counted on its half of the span: valid once both ramps fit there
+        items = _staircase(graph, d, length, room)
+        weighed = [_weighed(phi, items) for phi in dual_feasible.family(x for x, _ in items)]
+        out.append(max([span if span / 2 >= max(t_up, t_down) else energy / room, *weighed]))
+    return out
+
+
+@functools.lru_cache(maxsize=8)  # read by every model built for the instance (windows too)
+def memory_stairs(inst: Instance) -> tuple[tuple[int, float] | None, ...]:
+    """Per device: (k, L) for the staircase ``dual_feasible.stair(k)`` that weighs its
+    memory-time the most, L that span bound, where it is more than the plain memory-time
+    (else None): the model's redundant cumulative (``model._add_dual_feasible_memory``) uses
+    it where L is what bounds the instance. None where ``memory_energy_bounds`` has none."""
+    if inst.offers_modes:
+        return (None,) * inst.devices
+    graph = TaskGraph(inst)
+    length = _shortest_lifetimes(inst, graph)
+    out: list[tuple[int, float] | None] = []
+    for d in range(inst.devices):
+        room = _room(inst, d)
+        items = [] if room is None else _staircase(graph, d, length, room)
+        plain = _weighed(dual_feasible.identity, items)
+        best: tuple[int, float] | None = None
+        for k in range(1, dual_feasible.STAIRS + 1):
+            value = _weighed(dual_feasible.stair(k), items)
+            if value > max(plain * (1 + 1e-6), best[1] if best else 0.0):
+                best = (k, value)
+        out.append(best)
+    return tuple(out)
+
+
+def _room(inst: Instance, d: int) -> float | None:
+    """The most the simulator lets d hold (``numeric.exceeds``) less its params; None without
+    a limit (a resident load above the limit is refused earlier)."""
+    limit = inst.limit[d]
+    room = None if limit is None else limit / (1 - REL_TOL) - inst.resident(d)
+    return room if room is not None and room > 0 else None
+
+
+def _shortest_lifetimes(inst: Instance, graph: TaskGraph) -> Callable[[Lifetime], float]:
+    """A lifetime's least length: the longest path from its born boundary to its dying one
+    (the same for every microbatch of a unit shape: computed once per shape)."""
+    shortest: dict[tuple, float] = {}
 
     def length(lt: Lifetime) -> float:
         key = (lt.born._replace(mb=-1), lt.born_at, lt.dies._replace(mb=-1), lt.dies_at)
@@ -793,49 +855,31 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
                       for op, at in ((born, lt.born_at), (dies, lt.dies_at))}
             shortest[key] = max(0.0, head[dies] + at_end[dies] - at_end[born])
         return shortest[key]
-
-    out: list[float | None] = []
-    for d in range(inst.devices):
-        limit = inst.limit[d]
-        # the most the simulator lets d hold (``numeric.exceeds``) less its params
-        room = None if limit is None else limit / (1 - REL_TOL) - inst.resident(d)
-        if room is None or room <= 0:  # (a resident load above the limit is refused earlier)
-            out.append(None)
-            continue
-        energy, born, freed = 0.0, {}, {}
-        units: dict[Op, list[tuple[float, float]]] = {}  # born op -> (lifetime, amount)
-        for lt in graph.device_lifetimes(d):
-            energy += lt.amount * length(lt)
-            born[lt.born] = born.get(lt.born, 0.0) + lt.amount
-            freed[lt.dies] = freed.get(lt.dies, 0.0) + lt.amount
-            units.setdefault(lt.born, []).append((length(lt), lt.amount))
-        if not born:
-            out.append(0.0)
-            continue
-        unit = max(born.values())  # also what a fused B frees at once
-        (t_up, up), (t_down, down) = (_ramp(graph, unit, born).loss(room),
-                                      _ramp(graph, unit, freed).loss(room))
-        span = (energy + up + down) / room
-        # each loss is counted on its half of the span: valid once both ramps fit there
-        out.append(max(span if span / 2 >= max(t_up, t_down) else energy / room,
-                       _dual_feasible_span(units.values(), room)))
-    return out
+    return length
 
 
-def _dual_feasible_span(units: Iterable[list[tuple[float, float]]], room: float) -> float:
-    """The memory-time bound with each unit's share of ``room`` weighed by a dual feasible
-    function (``dual_feasible``), the best of its family. A unit (its lifetimes, all born as
-    its forward starts: (shortest length, amount)) holds at least the amounts of the
-    lifetimes longer than x for the first x of its life: a staircase of (share, duration)."""
+def _staircase(graph: TaskGraph, d: int, length: Callable[[Lifetime], float], room: float
+               ) -> list[tuple[float, float]]:
+    """Device d's units as (share of ``room``, duration) items: a unit (its lifetimes, all
+    born as its forward starts) holds at least the amounts of the lifetimes longer than x for
+    the first x of its life."""
+    units: dict[Op, list[tuple[float, float]]] = {}
+    for lt in graph.device_lifetimes(d):
+        units.setdefault(lt.born, []).append((length(lt), lt.amount))
     items: list[tuple[float, float]] = []
-    for pieces in units:
-        pieces = sorted(pieces)
+    for pieces in units.values():
+        pieces.sort()
         held, before = sum(a for _, a in pieces), 0.0
-        for length, amount in pieces:
-            items.append((held / room, length - before))
-            held, before = held - amount, length
-    return max(sum(phi(x) * t for x, t in items)
-               for phi in dual_feasible.family(x for x, _ in items))
+        for span, amount in pieces:
+            items.append((held / room, span - before))
+            held, before = held - amount, span
+    return items
+
+
+def _weighed(phi: dual_feasible.Phi, items: list[tuple[float, float]]) -> float:
+    """The memory-time of ``items`` with each share weighed by ``phi`` (dual feasible: a
+    bound on the device's span, docs/solver.md)."""
+    return sum(phi(x) * t for x, t in items)
 
 
 def critical_path(inst: Instance) -> float:

@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterable
 
 EPS = 1e-9
+STAIRS = 10  # the staircases tried: u^(1) .. u^(STAIRS)
 Phi = Callable[[float], float]
 
 
@@ -50,7 +51,7 @@ def stair(k: int) -> Phi:
     return phi
 
 
-def family(shares: Iterable[float], stairs: int = 10) -> list[Phi]:
+def family(shares: Iterable[float], stairs: int = STAIRS) -> list[Phi]:
     """The functions worth trying on items of these ``shares``: the identity, every threshold
     just below a share (it counts at its size) or just above a share's complement (it counts
     as 1), the only places f_0 changes which items count, and ``stairs`` staircases."""

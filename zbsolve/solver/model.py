@@ -45,6 +45,7 @@ from zbsolve.solver.bounds import (
     analytic_bound,
     heads_tails,
     memory_edges,
+    memory_stairs,
     min_memory_limit,
 )
 
@@ -534,6 +535,7 @@ class _Builder:
                  relaxed: frozenset[int] = frozenset()):
         self.inst, self.scale, self.objective_name = inst, scale_, objective
         self.relaxed = relaxed
+        self.analytic: float | None = None  # analytic_bound(si, objective), once
         self.si = scaled_instance(inst, scale_)
         self.graph = TaskGraph(self.si)
         self.symmetry = symmetry
@@ -767,6 +769,26 @@ class _Builder:
             else:
                 _add_memory(model, si, graph, d, self.start, self.end, self.dur, self.horizon,
                             memory_model, self.derived)
+                k = self._binding_stair(d) if redundant else None
+                if k is not None:
+                    _add_dual_feasible_memory(model, si, graph, d, self.start, self.end,
+                                              self.horizon, k, self.derived)
+
+    def _binding_stair(self, d: int) -> int | None:
+        """The k of device d's staircase memory-time (``bounds.memory_stairs``) where that
+        bound, from the device's head for the makespan, is the instance's analytic bound:
+        there the cumulative of ``_add_dual_feasible_memory`` states what bounds the
+        instance. Elsewhere it would only grow the model (the random family has a staircase
+        above the plain memory-time on most devices, binding on none but random-tight-00)."""
+        if self.si.limit[d] is None:
+            return None
+        stair = memory_stairs(self.si)[d]
+        if stair is None:
+            return None
+        if self.analytic is None:
+            self.analytic = analytic_bound(self.si, self.objective_name)
+        head = self.graph.device_heads()[d] if self.objective_name == "makespan" else 0.0
+        return stair[0] if head + stair[1] >= self.analytic * (1 - 1e-9) else None
 
     def _mode_lifetimes(self, d: int) -> list[tuple[cp_model.LinearExprT, cp_model.LinearExprT,
                                                     int, cp_model.IntVar]]:
@@ -877,7 +899,9 @@ class _Builder:
         """Defines the objective (makespan, or longest device span) and minimizes it (or, with
         ``memory_peaks``, keeps it <= ``upper_bound`` and minimizes memory)."""
         si, model = self.si, self.model
-        lb = int(math.ceil(analytic_bound(si, self.objective_name) - 1e-9)) if redundant else 0
+        if redundant and self.analytic is None:
+            self.analytic = analytic_bound(si, self.objective_name)
+        lb = int(math.ceil(self.analytic - 1e-9)) if redundant else 0
         lb = max(lb, int(lower_bound))
         obj = model.new_int_var(lb, self.horizon, self.objective_name)
         if self.objective_name == "makespan":
@@ -975,6 +999,44 @@ def _lifetime_intervals(model: cp_model.CpModel, graph: TaskGraph, d: int,
                                    - at(lt.born, lt.born_at)))
         demands.append(int(lt.amount))
     return intervals, demands
+
+
+def _add_dual_feasible_memory(model: cp_model.CpModel, si: Instance, graph: TaskGraph, d: int,
+                              start: dict[Op, cp_model.IntVar], end, horizon: int, k: int,
+                              derived: list[Derived]) -> None:
+    """Redundant with device d's memory: each unit's held amount (all of it from its forward's
+    start to its first free, then what is left until the next) weighed by the staircase u^(k)
+    (``dual_feasible.stair``; ``bounds.memory_stairs`` picks k) under a capacity of k. In
+    integers: q = floor((k + 1) held / cap), one less where that division is exact (u^(k) is
+    x there, and (n - 1) / k <= n / (k + 1)). The memory cumulative implies it (dual
+    feasibility: shares that fit weigh at most 1); it states outright that a unit which leaves
+    room for no other (q = k) excludes every other one, and its energy is the bound's
+    (docs/solver.md, "Memory-time weighed by a dual feasible function")."""
+    cap = int(si.limit[d] - si.resident(d))
+    if cap <= 0:
+        return
+    units: dict[Op, list[Lifetime]] = {}
+    for lt in graph.device_lifetimes(d):
+        units.setdefault(lt.born, []).append(lt)
+    intervals, demands = [], []
+    for born, pieces in units.items():
+        pieces.sort(key=lambda lt: lt.dies.kind == Kind.W)  # its I (or B) frees first
+        held = sum(int(lt.amount) for lt in pieces)
+        since = (born, START)
+        for lt in pieces:
+            n, rest = divmod((k + 1) * held, cap)
+            q = min(k, n - 1 if rest == 0 else n)
+            if q > 0:
+                a, b = since, (lt.dies, lt.dies_at)
+                size = model.new_int_var(0, horizon, f"dff{lt.dies}")
+                intervals.append(model.new_interval_var(
+                    start[a[0]] if a[1] == START else end(a[0]), size,
+                    start[b[0]] if b[1] == START else end(b[0]), f"dffi{lt.dies}"))
+                demands.append(q)
+                derived.append(Derived(size, lambda at, _, a=a, b=b: at(*b) - at(*a)))
+            since, held = (lt.dies, lt.dies_at), held - int(lt.amount)
+    if intervals:
+        model.add_cumulative(intervals, demands, k)
 
 
 def _add_memory_precedences(model: cp_model.CpModel, si: Instance, d: int,
