@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zbsolve.solver.dual_feasible import EPS, family, identity, stair, threshold
+from zbsolve.solver.dual_feasible import EPS, family, identity, stair, stair_units, threshold
 
 
 def test_the_functions_by_hand():
@@ -41,3 +41,20 @@ def test_items_that_fit_weigh_at_most_one(drawn, extra_shares):
         assert sum(phi(x) for x in items) <= 1 + 1e-9
         values = [phi(x) for x in sorted(items)]
         assert values == sorted(values) and all(0 <= v <= 1 for v in values)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(1, 40), st.integers(1, 10), st.lists(st.integers(0, 40), max_size=10))
+def test_whole_amounts_that_fit_weigh_at_most_the_capacity(cap, k, drawn):
+    held: list[int] = []
+    for a in drawn:  # the drawn amounts, in order, while they fit cap
+        if sum(held) + a <= cap:
+            held.append(a)
+    assert sum(stair_units(a, cap, k) for a in held) <= k
+
+
+def test_whole_amounts_by_hand():
+    # cap 15 (1.5 in units of 0.1), k = 1: a unit of 10 weighs 1 (floor(20 / 15)); two halves
+    # of 30 weigh 0 each under k = 1 (exactly 1 -> one less), 1 each under k = 2 (floor(45/30))
+    assert (stair_units(10, 15, 1), stair_units(15, 30, 1), stair_units(15, 30, 2)) == (1, 0, 1)
+    assert stair_units(30, 30, 3) == 3 and stair_units(0, 30, 3) == 0

@@ -51,6 +51,15 @@ def stair(k: int) -> Phi:
     return phi
 
 
+def stair_units(held: int, cap: int, k: int) -> int:
+    """k u^(k)(held / cap) in whole numbers, for a cumulative of capacity k over integer
+    amounts under ``cap``: floor((k + 1) held / cap), one less where that division is exact
+    (u^(k) is held / cap there, and (n - 1) / k <= n / (k + 1)). Amounts that fit ``cap``
+    never sum above k."""
+    n, rest = divmod((k + 1) * held, cap)
+    return max(0, min(k, n - 1 if rest == 0 else n))
+
+
 def family(shares: Iterable[float], stairs: int = STAIRS) -> list[Phi]:
     """The functions worth trying on items of these ``shares``: the identity, every threshold
     just below a share (it counts at its size) or just above a share's complement (it counts

@@ -41,6 +41,7 @@ from zbsolve.graph import COMPUTE, END, KEEP, START, Lifetime, TaskGraph
 from zbsolve.instance import Instance
 from zbsolve.ops import Entry, Kind, Op, Pair
 from zbsolve.simulate import allocates
+from zbsolve.solver import dual_feasible
 from zbsolve.solver.bounds import (
     analytic_bound,
     heads_tails,
@@ -1006,9 +1007,8 @@ def _add_dual_feasible_memory(model: cp_model.CpModel, si: Instance, graph: Task
                               derived: list[Derived]) -> None:
     """Redundant with device d's memory: each unit's held amount (all of it from its forward's
     start to its first free, then what is left until the next) weighed by the staircase u^(k)
-    (``dual_feasible.stair``; ``bounds.memory_stairs`` picks k) under a capacity of k. In
-    integers: q = floor((k + 1) held / cap), one less where that division is exact (u^(k) is
-    x there, and (n - 1) / k <= n / (k + 1)). The memory cumulative implies it (dual
+    (``dual_feasible.stair_units``; ``bounds.memory_stairs`` picks k) under a capacity of k.
+    The memory cumulative implies it (dual
     feasibility: shares that fit weigh at most 1); it states outright that a unit which leaves
     room for no other (q = k) excludes every other one, and its energy is the bound's
     (docs/solver.md, "Memory-time weighed by a dual feasible function")."""
@@ -1024,8 +1024,7 @@ def _add_dual_feasible_memory(model: cp_model.CpModel, si: Instance, graph: Task
         held = sum(int(lt.amount) for lt in pieces)
         since = (born, START)
         for lt in pieces:
-            n, rest = divmod((k + 1) * held, cap)
-            q = min(k, n - 1 if rest == 0 else n)
+            q = dual_feasible.stair_units(held, cap, k)
             if q > 0:
                 a, b = since, (lt.dies, lt.dies_at)
                 size = model.new_int_var(0, horizon, f"dff{lt.dies}")
