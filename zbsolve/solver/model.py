@@ -944,6 +944,13 @@ def _leads(si: Instance, d: int) -> list[Op]:
     return [Op(Kind.F, s, si.microbatches_of(s)[0]) for s in lowest.values()]
 
 
+def _boundary(start: dict[Op, cp_model.IntVar], end: Callable[[Op], cp_model.LinearExprT]
+              ) -> Callable[[Op, int], cp_model.LinearExprT]:
+    """An op's START or END in the model: its start variable, or ``end(op)`` (a variable where
+    a pair may end the op early)."""
+    return lambda op, edge: start[op] if edge == START else end(op)
+
+
 def _add_memory(
     model: cp_model.CpModel,
     si: Instance,
@@ -965,9 +972,7 @@ def _add_memory(
     if cap >= sum(int(lt.amount) for lt in lifetimes):
         return
 
-    def at(op: Op, edge: int):
-        return start[op] if edge == START else end(op)
-
+    at = _boundary(start, end)
     if memory_model == "reservoir":
         times, changes = [], []
         for lt in lifetimes:
@@ -986,9 +991,7 @@ def _lifetime_intervals(model: cp_model.CpModel, graph: TaskGraph, d: int,
     """One interval per memory lifetime of device d (born at F's start, dead at I's, W's or
     B's end: ``end(op)``, a variable where the op may run in a pair), with its amount; each
     length goes into ``derived`` (it completes a hint)."""
-    def at(op: Op, edge: int):
-        return start[op] if edge == START else end(op)
-
+    at = _boundary(start, end)
     intervals, demands = [], []
     for lt in graph.device_lifetimes(d):
         born, dies = at(lt.born, lt.born_at), at(lt.dies, lt.dies_at)
@@ -1015,6 +1018,7 @@ def _add_dual_feasible_memory(model: cp_model.CpModel, si: Instance, graph: Task
     cap = int(si.limit[d] - si.resident(d))
     if cap <= 0:
         return
+    at = _boundary(start, end)
     units: dict[Op, list[Lifetime]] = {}
     for lt in graph.device_lifetimes(d):
         units.setdefault(lt.born, []).append(lt)
@@ -1028,9 +1032,7 @@ def _add_dual_feasible_memory(model: cp_model.CpModel, si: Instance, graph: Task
             if q > 0:
                 a, b = since, (lt.dies, lt.dies_at)
                 size = model.new_int_var(0, horizon, f"dff{lt.dies}")
-                intervals.append(model.new_interval_var(
-                    start[a[0]] if a[1] == START else end(a[0]), size,
-                    start[b[0]] if b[1] == START else end(b[0]), f"dffi{lt.dies}"))
+                intervals.append(model.new_interval_var(at(*a), size, at(*b), f"dffi{lt.dies}"))
                 demands.append(q)
                 derived.append(Derived(size, lambda at, _, a=a, b=b: at(*b) - at(*a)))
             since, held = (lt.dies, lt.dies_at), held - int(lt.amount)
