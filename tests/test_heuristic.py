@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -159,3 +161,73 @@ def test_the_bankers_test_at_one_warm_up_depth_brings_v_half_p16_near_its_bound(
     assert result.max_span <= 212
     alone = validate(inst, greedy(inst, GreedyParams(cap=1.0, w_policy="fill", safe=True)))
     assert alone.max_span == pytest.approx(212)
+
+
+@st.composite
+def chained_instances(draw):
+    """One replica, two or three chunks (loop, V, explicit), limits from the least feasible up:
+    where the conveyor's room is tightest."""
+    p, v, m = draw(st.integers(1, 4)), draw(st.integers(2, 3)), draw(st.integers(1, 8))
+    S = p * v
+    kind = draw(st.sampled_from(["loop", "v", "explicit"] if v == 2 else ["loop", "explicit"]))
+    placement: list[int] | str = kind
+    if kind == "explicit":
+        placement = draw(st.permutations(
+            list(range(p)) + [draw(st.integers(0, p - 1)) for _ in range(S - p)]))
+    times = st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=S, max_size=S)
+    act = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=S, max_size=S))
+    inst = load_instance({
+        "name": "chained", "devices": p, "microbatches": m, "chunks": v, "placement": placement,
+        "times": {"F": draw(times), "I": draw(times), "W": draw(times)},
+        "comm": draw(st.sampled_from([0.0, 0.1, 1.0])),
+        "memory": {"activation": act,
+                   "weight": [a * draw(st.sampled_from([0.0, 0.25, 1.0])) for a in act]},
+    })
+    extra = draw(st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0]))
+    return inst.with_(limit=[n + extra * max(act) for n in min_memory_limit(inst)])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chained_instances(), st.integers(1, 2), st.sampled_from([0.0, 1.0, 2.0]),
+       st.sampled_from([None, 1.0]), st.sampled_from(["mb", "deep"]),
+       st.sampled_from(["fit", "fill"]), st.sampled_from([0.0, 0.5]))
+def test_the_conveyor_never_deadlocks_and_keeps_the_limit(inst, chunks, room, cap, pick, w, hold):
+    """The module docstring's argument: the oldest microbatch always finds its conveyor room."""
+    params = GreedyParams(cap=cap, w_policy=w, i_pick=pick, hold_f=hold, conveyor=chunks,
+                          conveyor_room=room)
+    result = validate(inst, greedy(inst, params))  # raises on a memory or order violation
+    assert result.feasible
+
+
+def _most_in_flight(result, stage):
+    """The most units of ``stage`` held at once (F's start to I's end)."""
+    events = sorted((t, +1 if op.kind == "F" else -1)
+                    for op, t in [*((o, result.start[o]) for o in result.start if o.kind == "F"),
+                                  *((o, result.end[o]) for o in result.end if o.kind == "I")]
+                    if op.stage == stage)
+    most = held = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        held += step
+        most = max(most, held)
+    return most
+
+
+def test_the_conveyor_runs_more_microbatches_at_once_under_tight_memory():
+    """gpt-1.5b re-cut into a V (two chunks), 0.38 x the 1F1B memory (the sweep's point): the
+    reservation makes devices 1-4 reserve both of their chunks on admission, so their chunk-0
+    stages hold four microbatches at most; the conveyor keeps chunk 1 out of the reservation
+    and gives the room to chunk 0 in the share a steady pipeline needs (five)."""
+    from zbsolve.sweep.layouts import Layout, relayout
+
+    one = load_instance(Path(__file__).parents[1] / "zbsolve/data/instances/gpt-1.5b-p8-m24.yaml")
+    inst = relayout(one, Layout(2, "v", 1)).with_(limit=3.04)
+    reserved = validate(inst, greedy(inst, GreedyParams(w_policy="fit")))
+    conveyor = validate(inst, greedy(inst, GreedyParams(w_policy="fit", conveyor=1,
+                                                        conveyor_room=1.0)))
+    assert [_most_in_flight(reserved, s) for s in range(8)] == [5, 4, 4, 4, 4, 4, 3, 3]
+    assert [_most_in_flight(conveyor, s) for s in range(8)] == [5, 5, 5, 5, 5, 4, 4, 3]
+    assert reserved.makespan == pytest.approx(2312.41)
+    assert conveyor.makespan == pytest.approx(1949.06)
+    assert max(conveyor.peak_memory) <= 3.04
+    _, best = heuristic_schedule(inst)
+    assert best.makespan <= conveyor.makespan + 1e-9
