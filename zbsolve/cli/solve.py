@@ -72,6 +72,9 @@ def register(sub) -> None:
                         help="the relaxations first: do not give what is left of their share "
                              "to the open relaxation with the longest relaxed schedule "
                              "(docs/solver.md)")
+    parser.add_argument("--no-unpaired-first", action="store_true",
+                        help="overlap instances: do not solve the instance without pairs first "
+                             "(1/4 of the limit) for the search's start (docs/solver.md)")
     parser.add_argument("--no-bottleneck-first", action="store_true",
                         help="the relaxations first: where they lift the bound, do not run "
                              "the whole model with the top device's relaxed order kept before "
@@ -173,6 +176,7 @@ def handle(args) -> int:
         bound_search=args.bound_search, bound_switch=not args.no_bound_switch,
         state_bound=not args.no_state_bound, shave=not args.no_shave,
         relax_rest=not args.no_relax_rest, bottleneck_first=not args.no_bottleneck_first,
+        unpaired_first=not args.no_unpaired_first,
     )
     hints = [start[0]] if start else []
     result = (solve_fused if args.fused_backward else solve)(inst, options, hints)

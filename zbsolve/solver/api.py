@@ -84,6 +84,7 @@ RELAX_AT, RELAX_GAP, RELAX_SHARE, BOTTLENECK_SHARE = 0.4, 0.01, 0.25, 0.15
 # not where one window would hold the whole model).
 WINDOWS_SHARE = 1 / 6
 STRETCH_SHARE = 1 / 2  # of the budget, for the reduced instances' solves (stretch.py)
+UNPAIRED_SHARE = 1 / 4  # overlap instances: the instance without pairs first (``_unpaired_first``)
 STRETCH_FIRST = 2 / 3  # of that share, for the first (smallest) reduced instance
 STRETCH_CANDIDATES = 64  # deterministic mode: stretches simulated (no clock may cut them)
 # A proven reduced optimum with no good stretch: the same m' again with the next seed, while the
@@ -165,6 +166,9 @@ class SolveOptions:
     # the relaxations first: where they lift the bound and the schedule is not at it, a run
     # with the bottleneck device's relaxed order kept before the search (``_bottleneck_first``)
     bottleneck_first: bool = True
+    # overlap instances, exact method: the instance without pairs solved first, its schedule
+    # then given pairs and used as the search's start (``_unpaired_first``)
+    unpaired_first: bool = True
     cp_params: dict[str, Any] = field(default_factory=dict)  # extra CP-SAT parameters
 
     def check(self) -> None:
@@ -453,6 +457,10 @@ def solve(inst: Instance, options: SolveOptions | None = None,
                           within), "the memory-state bound")
     if options.stretch and rel_gap(inc.sim.value(objective), floor) > within:
         ran = _stretch_phase(inst, options, best, budget, progress, info, floor)
+        inc = best.best()
+    if (options.unpaired_first and inst.overlap is not None and method == "exact"
+            and rel_gap(inc.sim.value(objective), floor) > within):
+        ran = _unpaired_first(inst, options, best, budget, progress, info, floor) or ran
         inc = best.best()
     if (method == "exact" and rel_gap(inc.sim.value(objective), floor) > within
             and _relaxes_first(inst, options, n_ops)):
@@ -1153,6 +1161,40 @@ def _stretch_phase(inst: Instance, options: SolveOptions, best: _Best, budget: B
     if runs:
         info["stretch"] = runs
     return bool(runs)
+
+
+def _unpaired_first(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
+                    progress: Progress, info: dict[str, Any], bound: float) -> bool:
+    """Overlap instances: the same instance without pairs solved for UNPAIRED_SHARE of the
+    budget (every schedule of it is one of the instance's, its ops alone); its schedule joins
+    the pool, gets pairs where they help (``_paired``) and so starts the search. True when the
+    solve ran (its CP-SAT time counts as the solver's).
+
+    Why: with a pair to choose for every forward and backward the whole model searches worse
+    than without (dualpipe/p4-m16-fb0.8 at 1.5 x its least memory, 20 deterministic s: 1159.14;
+    5 s without pairs give 1064.61, and 15 s more with pairs from there 1002.57; docs/solver.md,
+    "Without pairs first")."""
+    seconds = UNPAIRED_SHARE * budget.limit
+    if not options.deterministic:
+        seconds = min(seconds, budget.cp_left())
+    if seconds <= 1.0:
+        return False
+    unit = "deterministic s" if options.deterministic else "s"
+    progress.note(best.best().sim.value(options.objective), bound,
+                  f"without pairs: solving for {seconds:.0f} {unit}")
+    sub = dataclasses.replace(options, time_limit=seconds, progress=False,
+                              memory_tiebreak=False, gap=0.0, method="exact")
+    t0 = budget.elapsed()
+    plain = solve(inst.with_(overlap=None), sub)
+    budget.cp_dtime += plain.schedule.meta["solver"]["cp_dtime"]
+    sim = simulate(inst, plain.schedule)
+    if sim.feasible:
+        best.offer(_Candidate(plain.schedule.name, plain.schedule, sim), "unpaired")
+        _paired(inst, budget, budget.elapsed() + PAIRED_CANDIDATES * PAIRING_SECONDS, best)
+    info["unpaired_first"] = {"value": plain.objective_value, "status": plain.status,
+                              "seconds": budget.elapsed() - t0,
+                              "best": best.best().sim.value(options.objective)}
+    return True
 
 
 def _stretch_from(inst: Instance, m_small: int, seconds: float, options: SolveOptions,

@@ -400,9 +400,7 @@ def greedy(inst: Instance, params: GreedyParams = GreedyParams()) -> Schedule:
                     own = 0.0 if conv[s] else a
                     res_left[d][(mb, g)] = reserve[d][r][g] - own
                     outstanding[d] += reserve[d][r][g] - own
-            elif conv[s]:
-                pass
-            elif params.reserve and not params.safe and not is_last[s]:
+            elif params.reserve and not params.safe and not is_last[s] and not conv[s]:
                 res_left[d][(mb, g)] -= a
                 outstanding[d] -= a
             mem[d] += a
