@@ -84,13 +84,13 @@ RELAX_AT, RELAX_GAP, RELAX_SHARE, BOTTLENECK_SHARE = 0.4, 0.01, 0.25, 0.15
 # not where one window would hold the whole model).
 WINDOWS_SHARE = 1 / 6
 STRETCH_SHARE = 1 / 2  # of the budget, for the reduced instances' solves (stretch.py)
-UNPAIRED_SHARE = 1 / 4  # overlap instances: the instance without pairs first (``_unpaired_first``)
 STRETCH_FIRST = 2 / 3  # of that share, for the first (smallest) reduced instance
 STRETCH_CANDIDATES = 64  # deterministic mode: stretches simulated (no clock may cut them)
 # A proven reduced optimum with no good stretch: the same m' again with the next seed, while the
 # share left is at least what that solve took (vhalf/p8-m32: 7 of 38 optima of m' = 12 stretch
 # to the proven 198, the others to 199-277 or not at all; results/multichunk, fifteenth pass)
 STRETCH_RETRIES = 2
+UNPAIRED_SHARE = 1 / 4  # overlap instances: the instance without pairs first (``_unpaired_first``)
 # Devices with several stages, exact method, wall clock, at most SWITCH_MAX_OPS ops: a CP-SAT
 # run stuck at SWITCH_AT of the budget (``_stuck``) gives the rest to a run with the bound
 # search (``_exact_phases``).
@@ -459,6 +459,8 @@ def solve(inst: Instance, options: SolveOptions | None = None,
         ran = _stretch_phase(inst, options, best, budget, progress, info, floor)
         inc = best.best()
     if (options.unpaired_first and inst.overlap is not None and method == "exact"
+            and not any(r.applicable and r.result.feasible and r.schedule.has_pairs
+                        for r in baselines)
             and rel_gap(inc.sim.value(objective), floor) > within):
         ran = _unpaired_first(inst, options, best, budget, progress, info, floor) or ran
         inc = best.best()
@@ -1165,10 +1167,12 @@ def _stretch_phase(inst: Instance, options: SolveOptions, best: _Best, budget: B
 
 def _unpaired_first(inst: Instance, options: SolveOptions, best: _Best, budget: Budget,
                     progress: Progress, info: dict[str, Any], bound: float) -> bool:
-    """Overlap instances: the same instance without pairs solved for UNPAIRED_SHARE of the
-    budget (every schedule of it is one of the instance's, its ops alone); its schedule joins
-    the pool, gets pairs where they help (``_paired``) and so starts the search. True when the
-    solve ran (its CP-SAT time counts as the solver's).
+    """Overlap instances where no hand-made schedule with pairs fits the memory: the same
+    instance without pairs solved for UNPAIRED_SHARE of the budget (every schedule of it is one
+    of the instance's, its ops alone); its schedule joins the pool, gets pairs where they help
+    (``_paired``) and so starts the search. True when the solve ran (its CP-SAT time counts as
+    the solver's). Where DualPipe's own pattern fits, it is the better start: there the phase
+    cost 0.09-1.3 % (results/bidirectional/README.md, "Without pairs first").
 
     Why: with a pair to choose for every forward and backward the whole model searches worse
     than without (dualpipe/p4-m16-fb0.8 at 1.5 x its least memory, 20 deterministic s: 1159.14;
