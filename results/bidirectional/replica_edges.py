@@ -16,33 +16,47 @@ from __future__ import annotations
 import fnmatch
 import json
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from zbsolve.bench import build_cases
+from zbsolve.instance import Instance
 from zbsolve.solver.api import SolveOptions, solve
 from zbsolve.solver.bounds import analytic_bound, min_memory_limit
+
+
+def limited_rows(argv: list[str], default: str, keep: Callable[[Instance], bool]
+                 ) -> Iterator[tuple[float, Any, float, Instance]]:
+    """(SECONDS, case, FACTOR, instance) for ``SECONDS FACTOR[,FACTOR...] [CASES]``: each bench
+    case matching CASES (comma-separated globs, else ``default``) that ``keep`` accepts, at
+    each FACTOR x its least feasible limits (0: its own limits). Also read by
+    ``unpaired_first.py``."""
+    seconds = float(argv[0])
+    factors = [float(f) for f in argv[1].split(",")]
+    patterns = (argv[2] if len(argv) > 2 else default).split(",")
+    for case in build_cases():
+        if not keep(case.inst) or not any(fnmatch.fnmatch(case.id, p) for p in patterns):
+            continue
+        need = min_memory_limit(case.inst)
+        for f in factors:
+            yield seconds, case, f, (case.inst if f == 0 else
+                                     case.inst.with_(limit=[x * f for x in need]))
 
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
-    seconds = float(argv[0])
-    factors = [float(f) for f in argv[1].split(",")]
-    patterns = (argv[2] if len(argv) > 2 else "chimera/*-m16,dualpipe/*-m16-fb0.8").split(",")
-    for case in build_cases():
-        if case.inst.replicas != 2 or not any(fnmatch.fnmatch(case.id, p) for p in patterns):
-            continue
-        need = min_memory_limit(case.inst)
-        for f in factors:
-            inst = case.inst.with_(limit=[x * f for x in need])
-            res = solve(inst, SolveOptions(objective=case.objective, time_limit=seconds,
-                                           workers=2, seed=0, deterministic=True))
-            print(json.dumps({"case": case.id, "factor": f,
-                              "analytic": round(analytic_bound(inst, case.objective), 2),
-                              "value": round(res.objective_value, 2),
-                              "bound": round(res.lower_bound, 2),
-                              "gap": round(100 * res.gap, 2), "status": res.status}),
-                  flush=True)
+    for seconds, case, f, inst in limited_rows(argv, "chimera/*-m16,dualpipe/*-m16-fb0.8",
+                                               lambda inst: inst.replicas == 2):
+        res = solve(inst, SolveOptions(objective=case.objective, time_limit=seconds,
+                                       workers=2, seed=0, deterministic=True))
+        print(json.dumps({"case": case.id, "factor": f,
+                          "analytic": round(analytic_bound(inst, case.objective), 2),
+                          "value": round(res.objective_value, 2),
+                          "bound": round(res.lower_bound, 2),
+                          "gap": round(100 * res.gap, 2), "status": res.status}),
+              flush=True)
     return 0
 
 

@@ -12,40 +12,32 @@ same answer on a loaded machine), value, bound and what the phase found. One JSO
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import sys
 import time
 
-from zbsolve.bench import build_cases
+from replica_edges import limited_rows  # the sibling script (its folder is on sys.path)
+
 from zbsolve.solver.api import SolveOptions, solve
-from zbsolve.solver.bounds import min_memory_limit
 
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2
-    seconds = float(argv[0])
-    factors = [float(f) for f in argv[1].split(",")]
-    patterns = (argv[2] if len(argv) > 2 else "dualpipe/*-m16-fb0.8").split(",")
-    for case in build_cases():
-        if case.inst.overlap is None or not any(fnmatch.fnmatch(case.id, p) for p in patterns):
-            continue
-        for f in factors:
-            inst = case.inst if f == 0 else case.inst.with_(
-                limit=[x * f for x in min_memory_limit(case.inst)])
-            for on in (False, True):
-                t0 = time.monotonic()
-                res = solve(inst, SolveOptions(objective=case.objective, time_limit=seconds,
-                                               workers=2, seed=0, deterministic=True,
-                                               unpaired_first=on))
-                print(json.dumps({
-                    "case": case.id, "factor": f, "unpaired_first": on,
-                    "value": round(res.objective_value, 2), "bound": round(res.lower_bound, 2),
-                    "gap": round(res.gap, 4), "status": res.status,
-                    "phase": res.schedule.meta["solver"].get("unpaired_first"),
-                    "wall": round(time.monotonic() - t0, 1)}), flush=True)
+    for seconds, case, f, inst in limited_rows(argv, "dualpipe/*-m16-fb0.8",
+                                               lambda inst: inst.overlap is not None):
+        for on in (False, True):
+            t0 = time.monotonic()
+            res = solve(inst, SolveOptions(objective=case.objective, time_limit=seconds,
+                                           workers=2, seed=0, deterministic=True,
+                                           unpaired_first=on))
+            print(json.dumps({
+                "case": case.id, "factor": f, "unpaired_first": on,
+                "value": round(res.objective_value, 2), "bound": round(res.lower_bound, 2),
+                "gap": round(res.gap, 4), "status": res.status,
+                "phase": res.schedule.meta["solver"].get("unpaired_first"),
+                "wall": round(time.monotonic() - t0, 1)}), flush=True)
     return 0
 
 
