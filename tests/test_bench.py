@@ -8,7 +8,15 @@ from collections import Counter
 import pytest
 from conftest import INSTANCES, REFERENCE
 
-from zbsolve.bench import _shipped, _write, build_cases, meets, run_case
+from zbsolve.bench import (
+    _shipped,
+    _write,
+    build_cases,
+    draw_random_family,
+    meets,
+    random_family,
+    run_case,
+)
 
 
 def test_cases_cover_the_issue_benchmark():
@@ -35,6 +43,15 @@ def test_cases_cover_the_issue_benchmark():
     d = by_id["dualpipe/p4-m8"]
     assert d.inst.replicas == 2 and d.inst.limit == (6.8,) * 4
     assert d.anchor_time() == pytest.approx(399.07)
+
+
+def test_the_shipped_random_family_is_what_its_generator_draws():
+    """The benchmark reads the family from its files (drawing it takes 10-20 s); the published
+    generator and seed must still give exactly those instances."""
+    for tight in (False, True):
+        drawn = [inst.to_dict() for inst in draw_random_family(tight=tight)]
+        assert drawn == [inst.to_dict() for inst in random_family(tight=tight)], (
+            "the draw changed: rewrite the files (bench.write_random_family) only if meant")
 
 
 def test_a_shipped_instance_that_disagrees_with_its_row_is_refused():

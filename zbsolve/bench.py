@@ -15,7 +15,8 @@ Cases (ids are ``family/name``):
 * ``segments``: long sequences (the 1.5B shape at s = 16k, p = 8, m = 16, k = 4 balanced
   sequence segments) at 1F1B's memory and at half of it, makespan; goal: at or below
   seq1f1b-zb and seq1f1b at the same memory, and at half memory below 1F1B at full memory.
-* ``random``, ``random-tight``: ``random_family`` (seed 0, 30 instances each) of <= 800 ops with
+* ``random``, ``random-tight``: ``random_family`` (seed 0, 30 instances each; drawn by
+  ``draw_random_family``, shipped as ``instances/random*/``) of <= 800 ops with
   several stages per device (V, loop with v = 2 or 3, explicit placements), comm and memory
   limits, makespan, 60 s; goal: proven optimal (gap <= 0.01%). ``random`` draws each device's
   limit uniformly between the least feasible and the peak of the unconstrained greedy schedule
@@ -184,7 +185,8 @@ def _random_placement(rng: random.Random, kind: str, p: int, v: int) -> str | li
     return placement
 
 
-def random_instance(rng: random.Random, name: str, tight: bool = False) -> Instance:
+def random_instance(rng: random.Random, name: str, tight: bool = False,
+                    seed: int = RANDOM_SEED) -> Instance:
     """One instance of the random multi-chunk family (docstring of this module).
 
     p in {2, 3, 4, 6, 8}; placement V (v = 2), loop or explicit (v in {2, 3}; explicit: a snake
@@ -222,19 +224,44 @@ def random_instance(rng: random.Random, name: str, tight: bool = False) -> Insta
         u = rng.random()
         limits = [n_d + u * max(0.0, top - n_d) for n_d, top in zip(need, sim.peak_memory)]
     data["memory"]["limit"] = [max(n_d, round(2 * x) / 2) for n_d, x in zip(need, limits)]
-    data["source"] = f"zbsolve.bench.random_family(seed={RANDOM_SEED}, tight={tight})"
+    data["source"] = f"zbsolve.bench.draw_random_family(seed={seed}, tight={tight})"
     return load_instance(data)
 
 
-@functools.cache
-def random_family(seed: int = RANDOM_SEED, n: int = RANDOM_COUNT, tight: bool = False
-                  ) -> tuple[Instance, ...]:
-    """The published random family: the same ``seed`` gives the same instances everywhere.
-    Cached: drawing the limits runs the greedy on every instance (seconds), and every
-    ``build_cases`` call (``bench --list`` included) needs the family."""
+def draw_random_family(seed: int = RANDOM_SEED, n: int = RANDOM_COUNT, tight: bool = False
+                       ) -> tuple[Instance, ...]:
+    """The random family drawn again: the same ``seed`` gives the same instances everywhere.
+    Drawing the limits runs the greedy on every instance (10-20 s for the 30), so the published
+    family (seed 0) ships as files (``random_family``); a test draws it again and compares."""
     rng = random.Random(seed)
     stem = "random-tight" if tight else "random"
-    return tuple(random_instance(rng, f"{stem}-{k:02d}", tight) for k in range(n))
+    return tuple(random_instance(rng, f"{stem}-{k:02d}", tight, seed) for k in range(n))
+
+
+def random_family_dir(tight: bool = False) -> Path:
+    return instances_dir() / ("random-tight" if tight else "random")
+
+
+@functools.cache
+def random_family(tight: bool = False) -> tuple[Instance, ...]:
+    """The published random family (seed 0, RANDOM_COUNT instances), read from its files:
+    the benchmark's instances stay what they were published as, whatever the greedy becomes."""
+    stem = "random-tight" if tight else "random"
+    folder = random_family_dir(tight)
+    return tuple(load_instance(folder / f"{stem}-{k:02d}.yaml") for k in range(RANDOM_COUNT))
+
+
+def write_random_family() -> list[Path]:
+    """Draw the published family (seed 0) and write its files (only where the draw is meant
+    to change: every result published on the family refers to them)."""
+    written = []
+    for tight in (False, True):
+        for inst in draw_random_family(tight=tight):
+            path = random_family_dir(tight) / f"{inst.name}.yaml"
+            path.parent.mkdir(exist_ok=True)
+            inst.dump(path)
+            written.append(path)
+    return written
 
 
 def random_cases(time_limit: float, tight: bool = False) -> list[Case]:
