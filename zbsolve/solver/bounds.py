@@ -775,34 +775,30 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
     d's stages at once: on loop placements under half the 1F1B memory both of a device's
     stages hold activations for a long round trip, and their sum binds where each stage's
     count does not. The same memory-time with each unit's share weighed by a dual feasible
-    function (``_staircase``, ``_weighed``) counts a unit that leaves room for no other as the
+    function (``_memory_time``, ``_weighed``) counts a unit that leaves room for no other as the
     whole device; the larger of the two is the bound. ``None`` where the limit is absent or
     the instance offers memory modes (a recomputed or offloaded unit holds less than its
     keep-form lifetimes)."""
-    if inst.offers_modes:
-        return [None] * inst.devices
     graph = TaskGraph(inst)
-    length = _shortest_lifetimes(inst, graph)
     out: list[float | None] = []
-    for d in range(inst.devices):
-        room = _room(inst, d)
-        if room is None:
+    for d, held in enumerate(_memory_time(inst)):
+        if held is None:
             out.append(None)
             continue
-        energy, born, freed = 0.0, {}, {}
+        energy, items = held
+        born, freed = {}, {}
         for lt in graph.device_lifetimes(d):
-            energy += lt.amount * length(lt)
             born[lt.born] = born.get(lt.born, 0.0) + lt.amount
             freed[lt.dies] = freed.get(lt.dies, 0.0) + lt.amount
         if not born:
             out.append(0.0)
             continue
+        room = _room(inst, d)
         unit = max(born.values())  # also what a fused B frees at once
         (t_up, up), (t_down, down) = (_ramp(graph, unit, born).loss(room),
                                       _ramp(graph, unit, freed).loss(room))
         span = (energy + up + down) / room
         # each loss is counted on its half of the span: valid once both ramps fit there
-        items = _staircase(graph, d, length, room)
         weighed = [_weighed(phi, items) for phi in dual_feasible.family(x for x, _ in items)]
         out.append(max([span if span / 2 >= max(t_up, t_down) else energy / room, *weighed]))
     return out
@@ -814,14 +810,9 @@ def memory_stairs(inst: Instance) -> tuple[tuple[int, float] | None, ...]:
     memory-time the most, L that span bound, where it is more than the plain memory-time
     (else None): the model's redundant cumulative (``model._add_dual_feasible_memory``) uses
     it where L is what bounds the instance. None where ``memory_energy_bounds`` has none."""
-    if inst.offers_modes:
-        return (None,) * inst.devices
-    graph = TaskGraph(inst)
-    length = _shortest_lifetimes(inst, graph)
     out: list[tuple[int, float] | None] = []
-    for d in range(inst.devices):
-        room = _room(inst, d)
-        items = [] if room is None else _staircase(graph, d, length, room)
+    for held in _memory_time(inst):
+        items = held.items if held else ()
         plain = _weighed(dual_feasible.identity, items)
         best: tuple[int, float] | None = None
         for k in range(1, dual_feasible.STAIRS + 1):
@@ -829,6 +820,30 @@ def memory_stairs(inst: Instance) -> tuple[tuple[int, float] | None, ...]:
             if value > max(plain * (1 + 1e-6), best[1] if best else 0.0):
                 best = (k, value)
         out.append(best)
+    return tuple(out)
+
+
+class MemoryTime(NamedTuple):
+    """What a device's units must hold: ``energy`` the sum of amount x shortest lifetime,
+    ``items`` the units as (share of the room, duration) staircase pieces (``_staircase``)."""
+
+    energy: float
+    items: tuple[tuple[float, float], ...]
+
+
+def _memory_time(inst: Instance) -> tuple[MemoryTime | None, ...]:
+    """Per device: its ``MemoryTime``; None without a limit, or where the instance offers
+    memory modes."""
+    if inst.offers_modes:
+        return (None,) * inst.devices
+    graph = TaskGraph(inst)
+    length = _shortest_lifetimes(inst, graph)
+    out: list[MemoryTime | None] = []
+    for d in range(inst.devices):
+        room = _room(inst, d)
+        out.append(None if room is None else MemoryTime(
+            sum(lt.amount * length(lt) for lt in graph.device_lifetimes(d)),
+            tuple(_staircase(graph, d, length, room))))
     return tuple(out)
 
 
@@ -876,7 +891,7 @@ def _staircase(graph: TaskGraph, d: int, length: Callable[[Lifetime], float], ro
     return items
 
 
-def _weighed(phi: dual_feasible.Phi, items: list[tuple[float, float]]) -> float:
+def _weighed(phi: dual_feasible.Phi, items: Iterable[tuple[float, float]]) -> float:
     """The memory-time of ``items`` with each share weighed by ``phi`` (dual feasible: a
     bound on the device's span, docs/solver.md)."""
     return sum(phi(x) * t for x, t in items)
