@@ -628,7 +628,7 @@ def test_bound_with_overlapped_pairs_under_a_limit_keeps_the_optimum(inst, objec
     bound_and_model_agree_with_the_oracle(inst, objective)
 
 
-@pytest.mark.parametrize("data, best", zip(PAIRS_UNDER_A_LIMIT, (81.0, 61.4)))
+@pytest.mark.parametrize("data, best", list(zip(PAIRS_UNDER_A_LIMIT, (81.0, 61.4))))
 def test_pairs_under_a_limit_keep_their_proven_optimum(data, best):
     """The oracle's checks on the two instances above, with the optimum ``blind_solve`` proves
     pinned (it takes 11-16 s each): the bound stays below it, the ordered heads and tails hold
