@@ -239,6 +239,7 @@ def draw_random_family(seed: int = RANDOM_SEED, n: int = RANDOM_COUNT, tight: bo
 
 
 def random_family_dir(tight: bool = False) -> Path:
+    """Where the published family's files are (``random_family`` reads, ``write_...`` writes)."""
     return instances_dir() / ("random-tight" if tight else "random")
 
 
