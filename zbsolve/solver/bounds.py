@@ -781,7 +781,7 @@ def memory_energy_bounds(inst: Instance) -> list[float | None]:
     keep-form lifetimes)."""
     graph = TaskGraph(inst)
     out: list[float | None] = []
-    for d, held in enumerate(_memory_time(inst)):
+    for d, held in enumerate(_memory_time(inst, graph)):
         if held is None:
             out.append(None)
             continue
@@ -811,7 +811,7 @@ def memory_stairs(inst: Instance) -> tuple[tuple[int, float] | None, ...]:
     (else None): the model's redundant cumulative (``model._add_dual_feasible_memory``) uses
     it where L is what bounds the instance. None where ``memory_energy_bounds`` has none."""
     out: list[tuple[int, float] | None] = []
-    for held in _memory_time(inst):
+    for held in _memory_time(inst, TaskGraph(inst)):
         items = held.items if held else ()
         plain = _weighed(dual_feasible.identity, items)
         best: tuple[int, float] | None = None
@@ -831,12 +831,11 @@ class MemoryTime(NamedTuple):
     items: tuple[tuple[float, float], ...]
 
 
-def _memory_time(inst: Instance) -> tuple[MemoryTime | None, ...]:
-    """Per device: its ``MemoryTime``; None without a limit, or where the instance offers
-    memory modes."""
+def _memory_time(inst: Instance, graph: TaskGraph) -> tuple[MemoryTime | None, ...]:
+    """Per device: its ``MemoryTime`` (``graph``: the instance's, read by the caller too); None
+    without a limit, or where the instance offers memory modes."""
     if inst.offers_modes:
         return (None,) * inst.devices
-    graph = TaskGraph(inst)
     length = _shortest_lifetimes(inst, graph)
     out: list[MemoryTime | None] = []
     for d in range(inst.devices):
