@@ -546,14 +546,12 @@ def heuristic_schedule(
             tried.append((params.label(), None))
             continue
         orders = tuple(map(tuple, sched.orders))
-        if orders in scored:  # the same schedule: neither better nor worse than before
-            tried.append((params.label(), scored[orders][0]))
-            continue
-        result = validate(inst, sched)
-        key = scored[orders] = score(result, objective)
-        tried.append((params.label(), key[0]))
-        if best is None or key < best[0]:
-            best = (key, sched, result)
+        if orders not in scored:  # a schedule seen before is neither better nor worse
+            result = validate(inst, sched)
+            key = scored[orders] = score(result, objective)
+            if best is None or key < best[0]:
+                best = (key, sched, result)
+        tried.append((params.label(), scored[orders][0]))
     if best is None:
         if variants != [GreedyParams()]:  # every asked-for variant deadlocked: the plain one
             return heuristic_schedule(inst, objective, [GreedyParams()])
