@@ -228,27 +228,31 @@ def random_instance(rng: random.Random, name: str, tight: bool = False,
     return load_instance(data)
 
 
+def _random_stem(tight: bool) -> str:
+    """The family's name: its bench family, its folder and its instances' prefix."""
+    return "random-tight" if tight else "random"
+
+
 def draw_random_family(seed: int = RANDOM_SEED, n: int = RANDOM_COUNT, tight: bool = False
                        ) -> tuple[Instance, ...]:
     """The random family drawn again: the same ``seed`` gives the same instances everywhere.
     Drawing the limits runs the greedy on every instance (10-20 s for the 30), so the published
     family (seed 0) ships as files (``random_family``); a test draws it again and compares."""
     rng = random.Random(seed)
-    stem = "random-tight" if tight else "random"
+    stem = _random_stem(tight)
     return tuple(random_instance(rng, f"{stem}-{k:02d}", tight, seed) for k in range(n))
 
 
 def random_family_dir(tight: bool = False) -> Path:
     """Where the published family's files are (``random_family`` reads, ``write_...`` writes)."""
-    return instances_dir() / ("random-tight" if tight else "random")
+    return instances_dir() / _random_stem(tight)
 
 
 @functools.cache
 def random_family(tight: bool = False) -> tuple[Instance, ...]:
     """The published random family (seed 0, RANDOM_COUNT instances), read from its files:
     the benchmark's instances stay what they were published as, whatever the greedy becomes."""
-    stem = "random-tight" if tight else "random"
-    folder = random_family_dir(tight)
+    folder, stem = random_family_dir(tight), _random_stem(tight)
     return tuple(load_instance(folder / f"{stem}-{k:02d}.yaml") for k in range(RANDOM_COUNT))
 
 
@@ -266,7 +270,7 @@ def write_random_family() -> list[Path]:
 
 
 def random_cases(time_limit: float, tight: bool = False) -> list[Case]:
-    family = "random-tight" if tight else "random"
+    family = _random_stem(tight)
     return [Case(f"{family}/{inst.name}", family, inst, "makespan", time_limit,
                  goal="optimal (gap <= 0.01%)") for inst in random_family(tight=tight)]
 
