@@ -38,6 +38,10 @@ def rows(folder: Path):
 
 def main(argv: list[str]) -> int:
     folder = Path(argv[0]) if argv else Path(__file__).resolve().parents[1]
+    if len(argv) > 1 or not folder.is_dir():
+        print(f"bounds_across_runs.py: FOLDER: {folder} is not a folder; give the results "
+              "folder (default: results/)", file=sys.stderr)
+        return 2
     values: dict[tuple, list[tuple[float, Path]]] = defaultdict(list)
     bounds: dict[tuple, list[tuple[float, Path]]] = defaultdict(list)
     optimal = 0

@@ -40,7 +40,14 @@ def snake(p: int = 4, m: int = 12, v: int = 3) -> Instance:
 
 
 def main(argv: list[str]) -> int:
-    seconds = float(argv[0]) if argv else 60.0
+    try:
+        seconds = float(argv[0]) if argv else 60.0
+    except ValueError:
+        seconds = -1.0
+    if len(argv) > 1 or not 0 < seconds < float("inf"):
+        print(f"issue_examples.py: SECONDS: expected one positive number, got {argv}",
+              file=sys.stderr)
+        return 2
     vmin = next(c.inst for c in build_cases() if c.id == "vmin/p8-m16")
     for inst, objective, limit in ((six_b_times(4, 16), "span", seconds),
                                    (vmin, "span", 20.0), (snake(), "makespan", seconds)):
