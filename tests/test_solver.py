@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+from fractions import Fraction
 
 import pytest
 from conftest import INSTANCES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from zbsolve.instance import load_instance
@@ -203,9 +207,28 @@ def test_time_scale_exact_and_rounded():
     inst = make(F=18.52, I=18.09, W=9.34, comm=0.6, weight=0.366, limit=8.0)
     sc = TimeScale.choose(inst)
     assert (sc.time, sc.memory, sc.time_error, sc.exact) == (100, 1000, 0.0, True)
-    sc = TimeScale.choose(make(F=1 / 3, I=2 / 3, W=1 / 7))
-    assert 0 < sc.time_error < 1e-3 and not sc.exact
+    # thirds and sevenths are integers at their common denominator, not at a power of ten
+    sc = TimeScale.choose(make(F=1 / 3, I=2 / 3, W=1 / 7, activation=2 / 3, weight=0.288,
+                               limit=8.0))
+    assert (sc.time, sc.memory, sc.time_error, sc.exact) == (21, 375, 0.0, True)
+    # a figure no fraction of small denominator reaches is rounded, and the model says so
+    sc = TimeScale.choose(make(F=math.pi, activation=math.e, limit=8.0))
+    assert 0 < sc.time_error < 1e-3 and not sc.memory_exact and not sc.exact
 
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.fractions(Fraction(1, 12), 100, max_denominator=12), min_size=4,
+                max_size=4))
+def test_time_scale_is_exact_on_small_fractions(figures):
+    # whatever their denominators (<= 12), times and memory are integers in the model, so its
+    # bounds are the instance's and a schedule at the limit fits it
+    f, i, w, a = (float(x) for x in figures)
+    sc = TimeScale.choose(make(F=f, I=i, W=w, activation=a, limit=8 * a))
+    assert sc.exact
+    for x in (f, i, w):
+        assert sc.t(x) / sc.time == pytest.approx(x, rel=1e-12)
+    assert sc.mem_up(a) == sc.mem_down(a) and sc.mem_down(8 * a) == 8 * sc.mem_up(a)
 
 def test_fixed_window_and_order_are_respected():
     inst = make(p=2, m=3, F=1.0, I=1.0, W=1.0)

@@ -8,12 +8,14 @@ per-device span).
 Integer time
 ------------
 CP-SAT needs integers. ``TimeScale.choose`` multiplies every duration and ``comm`` by the
-smallest power of ten (1 .. 10**6) that makes them all integers; if none does, by the smallest
-one that rounds every positive value with relative error < 0.1%. ``time_error`` records the worst
-relative rounding (0 when exact). Memory is scaled the same way; if it cannot be made exact,
-demands are rounded up and limits down, so the model can only be stricter than the instance
-(``memory_exact`` False). The simulator re-times the solver's per-device orders with the true
-float times anyway, so rounding only decides which order is found, never the reported figures.
+smallest power of ten (1 .. 10**6) that makes them all integers; if none does, by their least
+common denominator as fractions (``_fraction_scale``: thirds of a model cut in three chunks);
+if neither does, by the smallest power of ten that rounds every positive value with relative
+error < 0.1%. ``time_error`` records the worst relative rounding (0 when exact). Memory is
+scaled the same way; if it cannot be made exact, demands are rounded up and limits down, so
+the model can only be stricter than the instance (``memory_exact`` False). The simulator
+re-times the solver's per-device orders with the true float times anyway, so rounding only
+decides which order is found, never the reported figures.
 
 For the other solvers (large-neighbourhood search, decomposition)
 ----------------------------------------------------------------
@@ -34,6 +36,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from ortools.sat.python import cp_model
 
@@ -53,6 +56,7 @@ from zbsolve.solver.bounds import (
 OBJECTIVES = ("makespan", "span")
 MEMORY_MODELS = ("cumulative", "reservoir")
 MAX_POW10 = 6
+MAX_DENOMINATOR = 1000  # of one figure read as a fraction (``_fraction_scale``)
 ROUNDING_TOLERANCE = 1e-3  # relative, per duration
 FULLNESS_STEPS = 10_000  # the memory phase measures fullness (peak / limit) in these steps
 
@@ -89,7 +93,8 @@ class TimeScale:
     def choose(inst: Instance) -> TimeScale:
         times = [x for x in (*_op_times(inst), *inst.sync, inst.comm, *_pair_works(inst),
                              *_mode_times(inst), *_step_times(inst)) if x > 0]
-        t_scale = _pick_scale(times, exact=True) or _pick_scale(times, exact=False)
+        t_scale = (_pick_scale(times, exact=True) or _fraction_scale(times)
+                   or _pick_scale(times, exact=False))
         if t_scale is None:
             raise ValueError(
                 "times: cannot represent the durations with 0.1% accuracy using a scale of at "
@@ -99,7 +104,8 @@ class TimeScale:
                   default=0.0)
         mems = [x for x in (*_unit_memories(inst), *inst.params, *_mode_memory(inst),
                             *(v for v in inst.limit if v is not None)) if x > 0]
-        m_scale = _pick_scale(mems, exact=True) or _segment_memory_scale(inst, mems)
+        m_scale = (_pick_scale(mems, exact=True) or _segment_memory_scale(inst, mems)
+                   or _fraction_scale(mems))
         return TimeScale(t_scale, m_scale or 10**4, err if err > 1e-12 else 0.0,
                          m_scale is not None)
 
@@ -191,6 +197,24 @@ def _pick_scale(values: list[float], exact: bool) -> int | None:
         ):
             return s
     return None
+
+
+def _fraction_scale(values: list[float]) -> int | None:
+    """The least common denominator of ``values`` read as fractions (denominators at most
+    MAX_DENOMINATOR each), where it is at most 10**MAX_POW10 and makes every value an integer;
+    else None.
+
+    Why: figures cut in three are integers at no power of ten (a model split into three chunks
+    per device: each chunk's activation 2/3 of a V chunk's, its times 1441/150 ms). Rounded,
+    the model's memory is stricter than the instance's, so a schedule at the limit is
+    infeasible in it and neither the window search nor CP-SAT's hint can start from it, and
+    its times are off, so no bound proven on it holds for the instance."""
+    scale = 1
+    for x in values:
+        scale = math.lcm(scale, Fraction(x).limit_denominator(MAX_DENOMINATOR).denominator)
+        if scale > 10**MAX_POW10:
+            return None
+    return scale if all(_is_int(x * scale) for x in values) else None
 
 
 def scaled_instance(inst: Instance, scale: TimeScale) -> Instance:
