@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from zbsolve.instance import load_instance
+from zbsolve.numeric import fits
 from zbsolve.ops import Op
 from zbsolve.simulate import simulate, validate
 from zbsolve.solver import InfeasibleMemoryError, SolveOptions, min_memory_limit, solve
@@ -229,6 +230,20 @@ def test_time_scale_is_exact_on_small_fractions(figures):
     for x in (f, i, w):
         assert sc.t(x) / sc.time == pytest.approx(x, rel=1e-12)
     assert sc.mem_up(a) == sc.mem_down(a) and sc.mem_down(8 * a) == 8 * sc.mem_up(a)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(1, 2**16), st.integers(10, 19), st.floats(1.0, 64.0))
+def test_memory_scale_is_exact_for_gib_counted_from_bytes(num, bits, factor):
+    # a planned model's activation in GiB is bytes / 2**30: a fraction of denominator 2**k,
+    # its limit (usable less static bytes, or any factor of it) often no multiple of that.
+    # The demands are integers in the model and the limit is rounded down: k units fit the
+    # model exactly when they fit the instance (a schedule at the limit is one of the model's)
+    a = num / 2**bits
+    sc = TimeScale.choose(make(activation=a, limit=a * factor))
+    assert sc.memory_exact
+    for k in range(1, int(factor) + 2):
+        assert (k * sc.mem_up(a) <= sc.mem_down(a * factor)) == fits(k * a, a * factor)
 
 def test_fixed_window_and_order_are_respected():
     inst = make(p=2, m=3, F=1.0, I=1.0, W=1.0)

@@ -11,9 +11,14 @@ CP-SAT needs integers. ``TimeScale.choose`` multiplies every duration and ``comm
 smallest power of ten (1 .. 10**6) that makes them all integers; if none does, by their least
 common denominator as fractions (``_fraction_scale``: thirds of a model cut in three chunks);
 if neither does, by the smallest power of ten that rounds every positive value with relative
-error < 0.1%. ``time_error`` records the worst relative rounding (0 when exact). Memory is
-scaled the same way; if it cannot be made exact, demands are rounded up and limits down, so
-the model can only be stricter than the instance (``memory_exact`` False). The simulator
+error < 0.1%. ``time_error`` records the worst relative rounding (0 when exact). Memory: the
+smallest power of ten that makes the demands (activations, weights, params: what is summed)
+and the limits integers; else one that makes the demands alone integers (a power of ten, or
+their common denominator: memory in GiB counted from bytes is a fraction of denominator 2**k,
+its limits often not), each limit rounded down, which is exact: a sum of integers fits a
+limit when it fits its floor. If the demands cannot be made exact either, they are rounded
+up and limits down, so the model can only be stricter than the instance (``memory_exact``
+False): a schedule at the limit is then infeasible in it. The simulator
 re-times the solver's per-device orders with the true float times anyway, so rounding only
 decides which order is found, never the reported figures.
 
@@ -56,7 +61,8 @@ from zbsolve.solver.bounds import (
 OBJECTIVES = ("makespan", "span")
 MEMORY_MODELS = ("cumulative", "reservoir")
 MAX_POW10 = 6
-MAX_DENOMINATOR = 1000  # of one figure read as a fraction (``_fraction_scale``)
+MAX_DENOMINATOR = 10**MAX_POW10  # of one figure read as a fraction (``_fraction_scale``)
+FRACTION_ULPS = 4  # ... which it is where it lies this close to the float (14.41 * 2 / 3)
 ROUNDING_TOLERANCE = 1e-3  # relative, per duration
 FULLNESS_STEPS = 10_000  # the memory phase measures fullness (peak / limit) in these steps
 
@@ -102,10 +108,11 @@ class TimeScale:
             )
         err = max((abs(round(x * t_scale) - x * t_scale) / (x * t_scale) for x in times),
                   default=0.0)
-        mems = [x for x in (*_unit_memories(inst), *inst.params, *_mode_memory(inst),
-                            *(v for v in inst.limit if v is not None)) if x > 0]
+        demands = [x for x in (*_unit_memories(inst), *inst.params, *_mode_memory(inst))
+                   if x > 0]
+        mems = [*demands, *(v for v in inst.limit if v is not None and v > 0)]
         m_scale = (_pick_scale(mems, exact=True) or _segment_memory_scale(inst, mems)
-                   or _fraction_scale(mems))
+                   or _pick_scale(demands, exact=True) or _fraction_scale(demands))
         return TimeScale(t_scale, m_scale or 10**4, err if err > 1e-12 else 0.0,
                          m_scale is not None)
 
@@ -205,13 +212,17 @@ def _fraction_scale(values: list[float]) -> int | None:
     else None.
 
     Why: figures cut in three are integers at no power of ten (a model split into three chunks
-    per device: each chunk's activation 2/3 of a V chunk's, its times 1441/150 ms). Rounded,
-    the model's memory is stricter than the instance's, so a schedule at the limit is
-    infeasible in it and neither the window search nor CP-SAT's hint can start from it, and
-    its times are off, so no bound proven on it holds for the instance."""
+    per device: each chunk's activation 2/3 of a V chunk's, its times 1441/150 ms), nor are
+    GiB counted from bytes (577/32768 for a planned Llama's activation). Rounded, the model's
+    memory is stricter than the instance's, so a schedule at the limit is infeasible in it
+    and neither the window search nor CP-SAT's hint can start from it, and its times are off,
+    so no bound proven on it holds for the instance."""
     scale = 1
     for x in values:
-        scale = math.lcm(scale, Fraction(x).limit_denominator(MAX_DENOMINATOR).denominator)
+        f = Fraction(x).limit_denominator(MAX_DENOMINATOR)
+        if abs(float(f) - x) > FRACTION_ULPS * math.ulp(x):
+            return None  # no such fraction: x is one only up to float rounding (pi is not)
+        scale = math.lcm(scale, f.denominator)
         if scale > 10**MAX_POW10:
             return None
     return scale if all(_is_int(x * scale) for x in values) else None
