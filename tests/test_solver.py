@@ -245,6 +245,24 @@ def test_memory_scale_is_exact_for_gib_counted_from_bytes(num, bits, factor):
     for k in range(1, int(factor) + 2):
         assert (k * sc.mem_up(a) <= sc.mem_down(a * factor)) == fits(k * a, a * factor)
 
+
+def test_a_schedule_at_the_limit_is_one_of_the_models_with_thirds():
+    # three chunks per device, each activation 2/3: rounded up at a power of ten, 8 of them
+    # (5.33...) exceeded the rounded-down limit, so the greedy's schedule at the limit was
+    # infeasible in the model and the window search and CP-SAT could not start from it
+    from zbsolve.solver.heuristic import heuristic_schedule
+    from zbsolve.solver.model import scaled_instance
+
+    inst = load_instance({
+        "devices": 2, "microbatches": 4, "chunks": 3, "placement": [0, 1, 1, 0, 0, 1],
+        "times": {"F": 2 / 3, "I": 2 / 3, "W": 1 / 3}, "comm": 0.1,
+        "memory": {"activation": 2 / 3, "weight": 0.288 * 2 / 3}})
+    inst = inst.with_(limit=list(heuristic_schedule(inst)[1].peak_memory))
+    sched, sim = heuristic_schedule(inst)
+    assert any(p == pytest.approx(lim) for p, lim in zip(sim.peak_memory, inst.limit))
+    scale = TimeScale.choose(inst)
+    assert scale.exact and simulate(scaled_instance(inst, scale), sched).feasible
+
 def test_fixed_window_and_order_are_respected():
     inst = make(p=2, m=3, F=1.0, I=1.0, W=1.0)
     fixed = {Op("F", 0, 0): 2}
