@@ -217,7 +217,6 @@ def test_time_scale_exact_and_rounded():
     assert 0 < sc.time_error < 1e-3 and not sc.memory_exact and not sc.exact
 
 
-
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.fractions(Fraction(1, 12), 100, max_denominator=12), min_size=4,
                 max_size=4))
@@ -262,6 +261,7 @@ def test_a_schedule_at_the_limit_is_one_of_the_models_with_thirds():
     assert any(p == pytest.approx(lim) for p, lim in zip(sim.peak_memory, inst.limit))
     scale = TimeScale.choose(inst)
     assert scale.exact and simulate(scaled_instance(inst, scale), sched).feasible
+
 
 def test_fixed_window_and_order_are_respected():
     inst = make(p=2, m=3, F=1.0, I=1.0, W=1.0)

@@ -18,9 +18,9 @@ their common denominator: memory in GiB counted from bytes is a fraction of deno
 its limits often not), each limit rounded down, which is exact: a sum of integers fits a
 limit when it fits its floor. If the demands cannot be made exact either, they are rounded
 up and limits down, so the model can only be stricter than the instance (``memory_exact``
-False): a schedule at the limit is then infeasible in it. The simulator
-re-times the solver's per-device orders with the true float times anyway, so rounding only
-decides which order is found, never the reported figures.
+False): a schedule at the limit is then infeasible in it. The simulator re-times the
+solver's per-device orders with the true float times anyway, so rounding only decides which
+order is found, never the reported figures.
 
 For the other solvers (large-neighbourhood search, decomposition)
 ----------------------------------------------------------------
