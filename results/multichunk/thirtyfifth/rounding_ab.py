@@ -19,8 +19,16 @@ from zbsolve.solver.api import SolveOptions, solve
 
 PEAK = 0.136962890625
 
-base = load_instance(sys.argv[1])
-mode = sys.argv[2]
+USAGE = "usage: rounding_ab.py INSTANCE.yaml old|new FRACTIONS SEEDS"
+try:
+    base = load_instance(sys.argv[1])
+    mode = sys.argv[2]
+    fractions = [float(x) for x in sys.argv[3].split(",")]
+    seeds = [int(x) for x in sys.argv[4].split(",")]
+    assert len(sys.argv) == 5 and mode in ("old", "new")
+except (IndexError, ValueError, AssertionError, OSError) as e:  # InstanceError is a ValueError
+    print(f"{USAGE} ({str(e) or sys.argv[1:]})", file=sys.stderr)
+    sys.exit(2)
 if mode == "old":
     chosen = M.TimeScale.choose
 
@@ -32,8 +40,8 @@ if mode == "old":
             return dataclasses.replace(sc, memory=10**4, memory_exact=False)
         return sc
     M.TimeScale.choose = staticmethod(choose)
-for frac in [float(x) for x in sys.argv[3].split(",")]:
-    for seed in [int(x) for x in sys.argv[4].split(",")]:
+for frac in fractions:
+    for seed in seeds:
         inst = base.with_(limit=[frac * PEAK] * base.devices)
         res = solve(inst, SolveOptions(time_limit=10, seed=seed, deterministic=True))
         print(json.dumps({
