@@ -7,9 +7,9 @@ Every limit at each FRACTION (comma list) of the instance's 1F1B peak (0.1369628
 what ``zbsolve sweep`` reports for ``llama-plan-p4-v2-m8.yaml``; with ``--need``, of each
 device's least feasible limit, ``min_memory_limit``, as ``scale_ab.py`` does), solved with
 each SEED (comma list), 10 s of CP-SAT's deterministic time, 2 workers: the same answer on
-any machine. ``old``
-gives the model the scale it had before 82443dd (memory at 10,000, demands rounded up and
-limits down, wherever no power of ten makes demands and limits integers); ``new`` today's.
+any machine. ``old`` gives the model the scale it had before 82443dd (memory at 10,000,
+demands rounded up and limits down, wherever no power of ten makes demands and limits
+integers); ``new`` today's.
 """
 
 import dataclasses
